@@ -1,0 +1,140 @@
+"""Keys, field names and member names by the WebDataset rules of DESIGN.md.
+
+A reader splits a member name at the first dot of its last path part, so
+what we accept here is exactly what every reader groups back the same way.
+Invalid input is an error that names the key or field and the rule; we
+never rename silently.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Sequence
+
+KEY_COLUMN = "__key__"
+# Columns readers add or treat as metadata; a user column of this shape
+# would be skipped by readers, so it is refused.
+RESERVED_COLUMN = re.compile(r"^__.*__$")
+USTAR_NAME_BYTES = 100
+# The regex webdataset and wids use to split a member name.
+MEMBER_NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+_RESERVED_PART = re.compile(r"^__.*__$")
+
+# One RE2/Python regex that matches every key some rule refuses; used to
+# scan whole Arrow columns at once, then `key_error` says which rule.
+INVALID_KEY_PATTERN = r"^$|^[/.]|(^|/)\.\.?(/|$)|\x00|(^|/)__[^/]*__(/|$)|\.[^/]*$|/$"
+
+
+class WebDatasetError(ValueError):
+    """Input that cannot be written as a valid WebDataset."""
+
+
+def key_error(key: object) -> str | None:
+    """Say which rule `key` breaks, or None if it is a valid sample key."""
+    if key is None:
+        return "the key is null"
+    if not isinstance(key, str):
+        return f"the key must be a string, not {type(key).__name__}"
+    if key == "":
+        return "the key is empty"
+    if "\x00" in key:
+        return "the key holds a NUL character"
+    if key[0] in "/.":
+        return f"the key starts with {key[0]!r}"
+    parts = key.split("/")
+    if parts[-1] == "":
+        return "the key ends with '/' (its last path part is empty)"
+    for part in parts:
+        if part in (".", ".."):
+            return f"the key has a {part!r} path segment"
+        if _RESERVED_PART.match(part):
+            return f"the key has a path part {part!r} shaped __x__, which readers skip"
+    if "." in parts[-1]:
+        return (
+            f"the key's last path part {parts[-1]!r} holds a '.', so readers would split "
+            "the member name there"
+        )
+    return None
+
+
+def check_key(key: object) -> str:
+    """Return `key` if valid, else raise naming the key and the rule."""
+    problem = key_error(key)
+    if problem:
+        raise WebDatasetError(f"invalid sample key {key!r}: {problem}")
+    return key  # type: ignore[return-value]
+
+
+def field_error(field: str) -> str | None:
+    """Say which rule the field (column) name breaks, or None."""
+    if field == "":
+        return "the field name is empty"
+    if field == KEY_COLUMN:
+        return None
+    if RESERVED_COLUMN.match(field):
+        return f"{field!r} is a reserved column name (only {KEY_COLUMN!r} may have the __x__ shape)"
+    if field != field.lower():
+        return f"field names must be lower case ({field!r}; rename the column to {field.lower()!r})"
+    if "/" in field or "\x00" in field:
+        return "a field name may not hold '/' or NUL"
+    if field.startswith("."):
+        return "a field name may not start with '.'"
+    return None
+
+
+def check_fields(columns: Sequence[str]) -> list[str]:
+    """Validate a writer's columns; return the field names in column order."""
+    if KEY_COLUMN not in columns:
+        raise WebDatasetError(
+            f"no {KEY_COLUMN!r} column: the DataFrame needs a string column {KEY_COLUMN!r} "
+            "holding each sample's key"
+        )
+    seen: set[str] = set()
+    fields: list[str] = []
+    for column in columns:
+        problem = field_error(column)
+        if problem:
+            raise WebDatasetError(f"column {column!r}: {problem}")
+        if column in seen:
+            raise WebDatasetError(f"column {column!r} appears twice: field names must be unique")
+        seen.add(column)
+        if column != KEY_COLUMN:
+            fields.append(column)
+    if not fields:
+        raise WebDatasetError(f"no field columns besides {KEY_COLUMN!r}: a sample needs at least one field")
+    return fields
+
+
+def member_name(key: str, field: str) -> str:
+    return f"{key}.{field}"
+
+
+def member_name_error(name: str, allow_pax: bool) -> str | None:
+    """Say why `name` cannot be a portable USTAR member name, or None."""
+    if allow_pax:
+        return None
+    if not name.isascii():
+        return f"member name {name!r} is not ASCII (set option allowPax=true to write PAX headers)"
+    size = len(name.encode())
+    if size > USTAR_NAME_BYTES:
+        return (
+            f"member name {name!r} is {size} bytes; portable USTAR names hold at most "
+            f"{USTAR_NAME_BYTES} (shorten the key, or set option allowPax=true)"
+        )
+    return None
+
+
+def split_member_name(name: str) -> tuple[str, str] | None:
+    """(key, field) as WebDataset readers split it, or None if not of that shape."""
+    match = MEMBER_NAME.match(name)
+    if not match:
+        return None
+    return match.group(1), match.group(2)
+
+
+def first_invalid_key(keys: Iterable[object]) -> tuple[int, object, str] | None:
+    for index, key in enumerate(keys):
+        problem = key_error(key)
+        if problem:
+            return index, key, problem
+    return None

@@ -1,0 +1,354 @@
+"""A streaming, deterministic writer of WebDataset tar shards from Arrow batches.
+
+It knows every sample's exact tar size before writing a byte, so a shard
+never exceeds `max_shard_bytes` (end-of-archive blocks included) unless a
+single sample is larger, which then gets a shard of its own. Small members
+are assembled a batch at a time by Arrow's C++ kernels (headers from a
+numpy template, payload bytes copied once); large members are written
+straight from the Arrow buffers, with no copy in Python at all. Memory is
+one batch plus what the kernels build from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import BinaryIO, Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import ustar
+from .names import (
+    INVALID_KEY_PATTERN,
+    USTAR_NAME_BYTES,
+    WebDatasetError,
+    first_invalid_key,
+    member_name,
+    member_name_error,
+)
+
+log = logging.getLogger(__name__)
+
+# Above this mean member size, per-member writes cost less than copying.
+DIRECT_WRITE_MEMBER_BYTES = 32 * 1024
+MIN_SHARD_BYTES = ustar.BLOCK + len(ustar.END_OF_ARCHIVE)
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One finished shard, as the writer saw it."""
+
+    sequence: int  # 0, 1, ... within this writer
+    samples: int
+    bytes: int
+    sha256: str
+    first_key: str
+    last_key: str
+    oversize: bool = False
+
+
+class _HashingSink:
+    """Counts and hashes what goes to the shard's stream."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.digest.update(data)
+        self.stream.write(data)
+        self.size += len(data)
+
+
+@dataclass
+class _OpenShard:
+    sink: _HashingSink
+    samples: int = 0
+    first_key: str = ""
+    last_key: str = ""
+    oversize: bool = False
+
+
+def _binary_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, data) of a large_binary/large_string array, offsets absolute into data."""
+    buffers = array.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=np.int64)[array.offset : array.offset + len(array) + 1]
+    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, np.uint8)
+    return offsets, data
+
+
+class ShardWriter:
+    """Writes samples to shards `open_shard(0)`, `open_shard(1)`, ...
+
+    `fields` are the member extensions in column order; `write_batch` takes
+    the key column and one encoded large_binary column per field.
+    """
+
+    def __init__(
+        self,
+        fields: Sequence[str],
+        open_shard: Callable[[int], BinaryIO],
+        max_shard_bytes: int,
+        max_samples_per_shard: int | None = None,
+        mtime: int = 0,
+        allow_pax: bool = False,
+    ) -> None:
+        if max_shard_bytes < MIN_SHARD_BYTES:
+            raise WebDatasetError(
+                f"option maxShardBytes={max_shard_bytes} is smaller than one tar header plus the "
+                f"end-of-archive blocks ({MIN_SHARD_BYTES} bytes)"
+            )
+        if max_samples_per_shard is not None and max_samples_per_shard < 1:
+            raise WebDatasetError(f"option maxSamplesPerShard={max_samples_per_shard} must be at least 1")
+        self.fields = list(fields)
+        self._suffixes = [("." + f).encode() for f in self.fields]
+        self._open_shard = open_shard
+        self.max_shard_bytes = max_shard_bytes
+        self.max_samples = max_samples_per_shard or (1 << 62)
+        self.mtime = mtime
+        self.allow_pax = allow_pax
+        self._template = ustar.header_template(mtime)
+        self._zeros = np.zeros(ustar.BLOCK, dtype=np.uint8)
+        self._shard: _OpenShard | None = None
+        self._streams: list[BinaryIO] = []
+        self.shards: list[ShardInfo] = []
+        self.samples = 0
+
+    # -- validation -------------------------------------------------------
+
+    def _check_keys(self, keys: pa.Array) -> None:
+        bad = pc.match_substring_regex(keys, INVALID_KEY_PATTERN)
+        if keys.null_count or pc.any(bad).as_py():
+            found = first_invalid_key(keys.to_pylist())
+            if found:
+                row, key, problem = found
+                raise WebDatasetError(f"invalid sample key {key!r} (row {self.samples + row} of this task): {problem}")
+
+    def _check_samples(self, keys: pa.Array, columns: Sequence[pa.Array]) -> bool:
+        """Check that every sample has a member and every name fits; True if the fast path applies."""
+        present = pc.is_valid(columns[0])
+        for column in columns[1:]:
+            present = pc.or_(present, pc.is_valid(column))
+        if not pc.all(present).as_py():
+            row = pc.index(present, False).as_py()
+            raise WebDatasetError(
+                f"sample {keys[row].as_py()!r}: every field is null, so the sample would have no "
+                "member and be lost (drop the row or give it a field)"
+            )
+        key_bytes = pc.binary_length(keys)
+        longest = max(len(s) for s in self._suffixes)
+        fits = pc.max(key_bytes).as_py() + longest <= USTAR_NAME_BYTES
+        if fits and pc.all(pc.string_is_ascii(keys)).as_py():
+            return True
+        if not self.allow_pax:
+            for row, key in enumerate(keys.to_pylist()):
+                for field, column in zip(self.fields, columns):
+                    if column[row].is_valid:
+                        problem = member_name_error(member_name(key, field), False)
+                        if problem:
+                            raise WebDatasetError(f"sample {key!r}, field {field!r}: {problem}")
+        return False
+
+    # -- batch assembly ---------------------------------------------------
+
+    def _names(self, keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """(n, 100) NUL-padded key bytes and the key lengths."""
+        offsets, data = _binary_parts(keys.cast(pa.large_binary()))
+        lengths = np.diff(offsets)
+        names = np.zeros((len(keys), USTAR_NAME_BYTES), dtype=np.uint8)
+        rows = np.repeat(np.arange(len(keys)), lengths)
+        cols = np.arange(offsets[-1] - offsets[0]) - np.repeat(offsets[:-1] - offsets[0], lengths)
+        names[rows, cols] = data[offsets[0] : offsets[-1]]
+        return names, lengths
+
+    def _headers(self, names: np.ndarray, key_lengths: np.ndarray, field: int, sizes: np.ndarray) -> np.ndarray:
+        suffix = self._suffixes[field]
+        field_names = names.copy()
+        rows = np.arange(len(key_lengths))
+        for position, byte in enumerate(suffix):
+            field_names[rows, key_lengths + position] = byte
+        return ustar.build_headers(self._template, field_names, sizes)
+
+    def _fast_batch(self, keys: pa.Array, columns: Sequence[pa.Array]):
+        """Sample sizes and an emitter for the vectorized path."""
+        count = len(keys)
+        names, key_lengths = self._names(keys)
+        member_sizes = []
+        headers = []
+        for index, column in enumerate(columns):
+            sizes = pc.fill_null(pc.binary_length(column), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+            present = column.is_valid().to_numpy(zero_copy_only=False)
+            member_sizes.append(np.where(present, ustar.BLOCK + sizes + (-sizes % ustar.BLOCK), 0))
+            headers.append((self._headers(names, key_lengths, index, sizes), sizes))
+        sample_sizes = np.sum(member_sizes, axis=0) if member_sizes else np.zeros(count, np.int64)
+        members = sum(len(column) - column.null_count for column in columns)
+        mean_member = sum(int(sizes.sum()) for _, sizes in headers) / max(1, members)
+        if mean_member >= DIRECT_WRITE_MEMBER_BYTES:
+            return sample_sizes, self._direct_emitter(columns, headers)
+        return sample_sizes, self._joined_emitter(columns, headers, count)
+
+    def _joined_emitter(self, columns, headers, count: int):
+        pieces: list[pa.Array] = []
+        for column, (header_rows, sizes) in zip(columns, headers):
+            validity = pc.is_valid(column).buffers()[1]
+            header_offsets = pa.py_buffer(np.arange(count + 1, dtype=np.int64) * ustar.BLOCK)
+            pads = -sizes % ustar.BLOCK
+            pad_offsets = np.zeros(count + 1, dtype=np.int64)
+            np.cumsum(pads, out=pad_offsets[1:])
+            pieces.append(
+                pa.LargeBinaryArray.from_buffers(
+                    pa.large_binary(), count, [validity, header_offsets, pa.py_buffer(header_rows)]
+                )
+            )
+            pieces.append(column)
+            pieces.append(
+                pa.LargeBinaryArray.from_buffers(
+                    pa.large_binary(),
+                    count,
+                    [validity, pa.py_buffer(pad_offsets), pa.py_buffer(bytes(int(pad_offsets[-1])))],
+                )
+            )
+        joined = pc.binary_join_element_wise(
+            *pieces, pa.scalar(b"", pa.large_binary()), null_handling="replace", null_replacement=""
+        )
+        offsets, data = _binary_parts(joined)
+
+        def emit(start: int, stop: int, sink: _HashingSink) -> None:
+            sink.write(memoryview(data[offsets[start] : offsets[stop]]))
+
+        return emit
+
+    def _direct_emitter(self, columns, headers):
+        parts = [_binary_parts(column) for column in columns]
+        valid = [column.is_valid().to_numpy(zero_copy_only=False) for column in columns]
+        zeros = memoryview(bytes(ustar.BLOCK))
+
+        def emit(start: int, stop: int, sink: _HashingSink) -> None:
+            for row in range(start, stop):
+                for (offsets, data), present, (header_rows, sizes) in zip(parts, valid, headers):
+                    if not present[row]:
+                        continue
+                    sink.write(memoryview(header_rows[row]))
+                    sink.write(memoryview(data[offsets[row] : offsets[row + 1]]))
+                    pad = -int(sizes[row]) % ustar.BLOCK
+                    if pad:
+                        sink.write(zeros[:pad])
+
+        return emit
+
+    def _pax_batch(self, keys: pa.Array, columns: Sequence[pa.Array]):
+        """The slow path, only for batches with names that need PAX headers."""
+        key_list = keys.to_pylist()
+        values = [column.to_pylist() for column in columns]
+        blobs: list[bytes] = []
+        for row, key in enumerate(key_list):
+            members = []
+            for field, column_values in zip(self.fields, values):
+                payload = column_values[row]
+                if payload is None:
+                    continue
+                name = member_name(key, field)
+                encoded = name.encode()
+                if len(encoded) <= USTAR_NAME_BYTES and name.isascii():
+                    header = ustar.build_header(self._template, encoded, len(payload))
+                else:
+                    header = ustar.pax_member(self.mtime, name, len(payload))
+                members += [header, payload, bytes(ustar.padding(len(payload)))]
+            blobs.append(b"".join(members))
+        sizes = np.array([len(blob) for blob in blobs], dtype=np.int64)
+
+        def emit(start: int, stop: int, sink: _HashingSink) -> None:
+            for blob in blobs[start:stop]:
+                sink.write(blob)
+
+        return sizes, emit
+
+    # -- shards -----------------------------------------------------------
+
+    def _open(self) -> _OpenShard:
+        stream = self._open_shard(len(self.shards))
+        self._streams.append(stream)
+        self._shard = _OpenShard(_HashingSink(stream))
+        return self._shard
+
+    def _close_shard(self) -> None:
+        shard = self._shard
+        if shard is None:
+            return
+        shard.sink.write(ustar.END_OF_ARCHIVE)
+        shard.sink.stream.close()
+        self.shards.append(
+            ShardInfo(
+                sequence=len(self.shards),
+                samples=shard.samples,
+                bytes=shard.sink.size,
+                sha256=shard.sink.digest.hexdigest(),
+                first_key=shard.first_key,
+                last_key=shard.last_key,
+                oversize=shard.oversize,
+            )
+        )
+        if shard.oversize:
+            log.warning(
+                "sample %r is %d tar bytes, over maxShardBytes=%d: it has a shard of its own",
+                shard.first_key,
+                shard.sink.size,
+                self.max_shard_bytes,
+            )
+        self._shard = None
+
+    def write_batch(self, keys: pa.Array, columns: Sequence[pa.Array]) -> None:
+        """Append a batch of samples; `columns` are encoded large_binary arrays, one per field."""
+        count = len(keys)
+        if count == 0:
+            return
+        if isinstance(keys, pa.ChunkedArray):
+            keys = keys.combine_chunks()
+        keys = keys.cast(pa.large_string())
+        self._check_keys(keys)
+        if self._check_samples(keys, columns):
+            sample_sizes, emit = self._fast_batch(keys, columns)
+        else:
+            sample_sizes, emit = self._pax_batch(keys, columns)
+        ends = np.cumsum(sample_sizes)
+        limit = self.max_shard_bytes - len(ustar.END_OF_ARCHIVE)
+        start = 0
+        while start < count:
+            shard = self._shard or self._open()
+            used = shard.sink.size
+            before = int(ends[start - 1]) if start else 0
+            fit = int(np.searchsorted(ends, before + (limit - used), side="right")) - start
+            take = min(fit, self.max_samples - shard.samples, count - start)
+            if take <= 0:
+                if shard.samples:
+                    self._close_shard()
+                    continue
+                take = 1
+                shard.oversize = True
+            stop = start + take
+            emit(start, stop, shard.sink)
+            if not shard.samples:
+                shard.first_key = keys[start].as_py()
+            shard.samples += take
+            shard.last_key = keys[stop - 1].as_py()
+            self.samples += take
+            start = stop
+            if shard.oversize or shard.samples >= self.max_samples:
+                self._close_shard()
+
+    def close(self) -> list[ShardInfo]:
+        self._close_shard()
+        return self.shards
+
+    def discard(self) -> None:
+        """Close every stream without finishing; the caller removes the files."""
+        for stream in self._streams:
+            try:
+                stream.close()
+            except Exception:  # noqa: BLE001 - best effort on the failure path
+                pass
+        self._shard = None

@@ -1,0 +1,49 @@
+"""Byte sizes as people write them ("512MiB", "3GiB", "1000000")."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1024**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1024**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "t": 1024**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str | int, name: str = "size") -> int:
+    """Parse a byte size; `name` is the option named in the error."""
+    if isinstance(text, int):
+        value = text
+    else:
+        match = _SIZE.match(str(text))
+        unit = match.group(2).lower() if match else None
+        if not match or unit not in _UNITS:
+            raise ValueError(
+                f"option {name}={text!r} is not a byte size (write e.g. 1048576, 512MiB, 3GiB)"
+            )
+        value = int(float(match.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise ValueError(f"option {name}={text!r} must be positive")
+    return value
+
+
+def format_size(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
