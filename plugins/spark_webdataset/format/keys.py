@@ -39,14 +39,20 @@ class KeyRun:
         return ordered
 
 
-def first_duplicate(runs: Iterable[Iterable[str]]) -> str | None:
-    """The smallest key found in two of the sorted runs, or None."""
-    previous: str | None = None
-    for key in heapq.merge(*runs):
-        if key == previous:
-            return key
-        previous = key
+def first_duplicate(runs: Iterable[Iterable[str]]) -> tuple[str, int, int] | None:
+    """(key, run, other run) for the smallest key found in two sorted runs, or None."""
+    tagged = [_tag(run, number) for number, run in enumerate(runs)]
+    previous: tuple[str, int] | None = None
+    for key, number in heapq.merge(*tagged):
+        if previous is not None and key == previous[0]:
+            return key, previous[1], number
+        previous = (key, number)
     return None
+
+
+def _tag(run: Iterable[str], number: int) -> Iterator[tuple[str, int]]:
+    for key in run:
+        yield key, number
 
 
 def iterate_blocks(blocks: Iterable[pa.Array]) -> Iterator[str]:

@@ -1,0 +1,77 @@
+"""`_manifest.json`: the truth about a version directory.
+
+Shards, fields and options come first and are byte-reproducible; what
+differs between runs (application id, job id, time) lives under "run".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+MANIFEST_NAME = "_manifest.json"
+MANIFEST_KIND = "spark-webdataset-manifest-v1"
+SHARD_PATTERN = "shard-{:06d}.tar"
+
+
+def shard_name(index: int) -> str:
+    return SHARD_PATTERN.format(index)
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    name: str
+    samples: int
+    bytes: int
+    sha256: str
+    first_key: str
+    last_key: str
+
+
+@dataclass
+class Manifest:
+    shards: list[ShardEntry]
+    fields: list[dict[str, str]]  # [{"name": "png", "type": "binary"}], column order
+    options: dict[str, Any]
+    run: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def samples(self) -> int:
+        return sum(shard.samples for shard in self.shards)
+
+    @property
+    def bytes(self) -> int:
+        return sum(shard.bytes for shard in self.shards)
+
+    def to_json(self) -> bytes:
+        document = {
+            "__kind__": MANIFEST_KIND,
+            "samples": self.samples,
+            "bytes": self.bytes,
+            "shard_count": len(self.shards),
+            "shards": [asdict(shard) for shard in self.shards],
+            "key": "__key__",
+            "fields": self.fields,
+            "options": self.options,
+            "run": self.run,
+        }
+        return (json.dumps(document, indent=1, sort_keys=False, ensure_ascii=False) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "Manifest":
+        document = json.loads(data)
+        if document.get("__kind__") != MANIFEST_KIND:
+            raise ValueError(f"not a spark-webdataset manifest (__kind__={document.get('__kind__')!r})")
+        return cls(
+            shards=[ShardEntry(**shard) for shard in document["shards"]],
+            fields=document["fields"],
+            options=document["options"],
+            run=document.get("run", {}),
+        )
+
+    def content(self) -> dict[str, Any]:
+        """Everything but the run metadata: equal for equal input and options."""
+        document = json.loads(self.to_json())
+        document.pop("run")
+        return document

@@ -1,0 +1,198 @@
+"""The `webdataset` Arrow writer: tasks stage shards, the driver's commit names them.
+
+Each task attempt writes under its own staging directory and reports what
+it wrote in a commit message; only attempts whose message reaches the
+driver are kept. `commit()` alone decides what becomes final (see
+`commit.py`); `abort()` and the next job remove everything staged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Iterator, List, Optional
+
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DataType,
+    DateType,
+    MapType,
+    NullType,
+    NumericType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from ..format.names import KEY_COLUMN, WebDatasetError, check_fields
+from ..format.shard_writer import ShardInfo
+from ..storage import storage_for
+from .options import WriteOptions
+
+log = logging.getLogger(__name__)
+
+STAGING_DIR = "_staging"
+KEYS_FILE = "keys.arrow"
+_ENCODABLE = (
+    BinaryType,
+    StringType,
+    NumericType,
+    BooleanType,
+    DateType,
+    TimestampType,
+    TimestampNTZType,
+    StructType,
+    MapType,
+    ArrayType,
+    NullType,
+)
+
+
+@dataclass
+class WebDatasetCommitMessage(WriterCommitMessage):
+    """What one successful task attempt staged."""
+
+    partition: int
+    attempt: int
+    task_attempt_id: int
+    staging: str
+    shards: list[ShardInfo] = field(default_factory=list)
+    keys_path: str | None = None
+
+    @property
+    def samples(self) -> int:
+        return sum(shard.samples for shard in self.shards)
+
+
+def check_schema(schema: StructType) -> list[dict[str, str]]:
+    """Fields (name, Spark type) in column order; raises on anything we cannot write."""
+    names = check_fields([f.name for f in schema.fields])
+    by_name = {f.name: f for f in schema.fields}
+    key_type = by_name[KEY_COLUMN].dataType
+    if not isinstance(key_type, StringType):
+        raise WebDatasetError(
+            f"column {KEY_COLUMN!r} has type {key_type.simpleString()}; the key must be a string "
+            f"(cast it: df.withColumn({KEY_COLUMN!r}, col({KEY_COLUMN!r}).cast('string')))"
+        )
+    fields = []
+    for name in names:
+        data_type: DataType = by_name[name].dataType
+        if not isinstance(data_type, _ENCODABLE):
+            raise WebDatasetError(
+                f"column {name!r} has type {data_type.simpleString()}, which webdataset cannot encode "
+                "(use binary, string, numbers, boolean, date, timestamp, struct, map or array)"
+            )
+        fields.append({"name": name, "type": data_type.simpleString()})
+    return fields
+
+
+class WebDatasetWriter(DataSourceArrowWriter):
+    def __init__(
+        self, options: WriteOptions, schema: StructType, overwrite: bool, application_id: str | None = None
+    ) -> None:
+        self.options = options
+        self.fields = check_schema(schema)
+        self.overwrite = overwrite
+        self.job_id = uuid.uuid4().hex
+        self.application_id = application_id
+        storage = storage_for(options.path)
+        # A job that died before commit or abort left its staging behind: the
+        # next job on this directory removes it (one writer per directory).
+        storage.delete_tree(storage.join(options.path, STAGING_DIR))
+
+    @property
+    def staging_root(self) -> str:
+        """Every attempt of this job stages below here."""
+        return storage_for(self.options.path).join(self.options.path, STAGING_DIR, self.job_id)
+
+    def remove_staging(self) -> None:
+        storage = storage_for(self.options.path)
+        storage.delete_tree(storage.join(self.options.path, STAGING_DIR))
+
+    # -- executors --------------------------------------------------------
+
+    def write(self, iterator: Iterator["pyarrow.RecordBatch"]) -> WebDatasetCommitMessage:  # noqa: F821
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        from ..format.encode import encode_column
+        from ..format.keys import KeyRun
+        from ..format.shard_writer import ShardWriter
+
+        context = TaskContext.get()
+        partition = context.partitionId() if context else 0
+        attempt = context.attemptNumber() if context else 0
+        task_attempt_id = context.taskAttemptId() if context else 0
+        storage = storage_for(self.options.path)
+        staging = storage.join(self.staging_root, f"p{partition:05d}-a{attempt}-t{task_attempt_id}")
+        names = [f["name"] for f in self.fields]
+        writer = ShardWriter(
+            names,
+            lambda sequence: storage.open_write(storage.join(staging, f"{sequence:06d}.tar")),
+            max_shard_bytes=self.options.max_shard_bytes,
+            max_samples_per_shard=self.options.max_samples_per_shard,
+            mtime=self.options.mtime,
+            allow_pax=self.options.allow_pax,
+        )
+        keys = KeyRun()
+        batches = 0
+        try:
+            for batch in iterator:
+                key_column = batch.column(KEY_COLUMN)
+                columns = [encode_column(batch.column(name), name) for name in names]
+                writer.write_batch(key_column, columns)
+                keys.add(key_column)
+                batches += 1
+                self._maybe_inject_fault(partition, attempt)
+            shards = writer.close()
+            keys_path = storage.join(staging, KEYS_FILE)
+            sorted_keys = keys.sorted()
+            with storage.open_write(keys_path) as stream:
+                with pa.ipc.new_stream(stream, pa.schema([("key", pa.large_string())])) as ipc:
+                    ipc.write_table(pa.table([sorted_keys], names=["key"]), max_chunksize=65536)
+        except BaseException:
+            writer.discard()
+            storage.delete_tree(staging)
+            raise
+        return WebDatasetCommitMessage(
+            partition=partition,
+            attempt=attempt,
+            task_attempt_id=task_attempt_id,
+            staging=staging,
+            shards=shards,
+            keys_path=keys_path,
+        )
+
+    def _maybe_inject_fault(self, partition: int, attempt: int) -> None:
+        """Test-only fault (option _testFault="raise:0,1" or "exit:0"), first attempt only."""
+        if not self.options.test_fault or attempt != 0:
+            return
+        mode, _, partitions = self.options.test_fault.partition(":")
+        if partitions and str(partition) not in partitions.split(","):
+            return
+        if mode == "exit":
+            os._exit(17)  # a worker that dies leaves its staged files behind
+        raise RuntimeError(f"injected test fault in partition {partition}, attempt {attempt}")
+
+    # -- driver -----------------------------------------------------------
+
+    def commit(self, messages: List[Optional[WebDatasetCommitMessage]]) -> None:
+        from .commit import commit_job
+
+        commit_job(self, [m for m in messages if m is not None])
+
+    def abort(self, messages: List[Optional[WebDatasetCommitMessage]]) -> None:
+        # Sibling tasks may still be writing: sweep a few times; the next job
+        # on this directory removes whatever lands after the last sweep.
+        for _ in range(3):
+            self.remove_staging()
+            time.sleep(0.5)
+        log.warning("webdataset write to %s aborted; staged files removed", self.options.path)
+

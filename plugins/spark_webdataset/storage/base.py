@@ -1,0 +1,61 @@
+"""The storage interface the writer, validator and publisher are built on."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import BinaryIO
+
+
+class StorageError(RuntimeError):
+    """A storage operation failed; the message names the object."""
+
+
+class PreconditionFailed(StorageError):
+    """A create-only put found the object there already."""
+
+
+class Storage(ABC):
+    @abstractmethod
+    def join(self, base: str, *parts: str) -> str: ...
+
+    @abstractmethod
+    def open_write(self, path: str) -> BinaryIO:
+        """A stream to a new object; it exists under `path` once closed."""
+
+    @abstractmethod
+    def open_read(self, path: str) -> BinaryIO: ...
+
+    @abstractmethod
+    def exists(self, path: str) -> bool: ...
+
+    @abstractmethod
+    def list_sizes(self, directory: str) -> dict[str, int]:
+        """Names (relative to `directory`, one level) and sizes of the objects in it."""
+
+    @abstractmethod
+    def list_dirs(self, directory: str) -> list[str]:
+        """Names of the sub-directories (prefixes) one level below `directory`."""
+
+    @abstractmethod
+    def delete(self, path: str) -> None:
+        """Remove one object; a missing one is fine."""
+
+    @abstractmethod
+    def delete_tree(self, directory: str) -> None:
+        """Remove everything under `directory`; missing is fine."""
+
+    @abstractmethod
+    def rename(self, source: str, target: str) -> None:
+        """Give a finished object its final name, replacing any object there."""
+
+    @abstractmethod
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Readers see the old object or all of the new one, never part."""
+
+    @abstractmethod
+    def create_only(self, path: str, data: bytes) -> None:
+        """Write `path` only if it does not exist; else raise PreconditionFailed."""
+
+    def read_bytes(self, path: str) -> bytes:
+        with self.open_read(path) as stream:
+            return stream.read()
