@@ -1,0 +1,249 @@
+"""The sharding job: a Spark source in, one WebDataset version out.
+
+    spark-submit jobs/build_webdataset.py --source data/demo/digits \\
+        --output data/datasets/digits --version 2026-12-01 \\
+        --key "format_string('%05d', id)" --field png=image --field cls=label
+
+It sizes the partitions from the data (exact tar bytes, counted in one
+aggregate pass) so that each partition fills about one shard, orders the
+samples reproducibly, writes `ROOT/versions/V/` through the `webdataset`
+data source and checks that every source row is in the manifest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from .format.manifest import MANIFEST_NAME, Manifest
+from .format.names import KEY_COLUMN, WebDatasetError
+from .format.sizes import format_size, parse_size
+from .storage import storage_for
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+# Partitions are sized to this share of the cap, so the spread of hash
+# partitioning rarely spills a partition into a second, small shard.
+TARGET_FILL = 0.9
+ORDERS = ("hash", "key", "source")
+
+
+@dataclass(frozen=True)
+class Field:
+    extension: str
+    expression: str
+
+
+def parse_field(text: str) -> Field:
+    extension, sep, expression = text.partition("=")
+    if not sep or not extension or not expression:
+        raise argparse.ArgumentTypeError(f"--field {text!r}: write EXT=COLUMN_OR_SQL, e.g. png=image")
+    return Field(extension, expression)
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="build_webdataset", description=__doc__.split("\n")[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--source", help="URI of the source data (any Spark format)")
+    source.add_argument("--source-table", help="a table in the Spark catalog instead of --source")
+    parser.add_argument("--source-format", default="parquet", help="Spark format of --source (default parquet)")
+    parser.add_argument("--output", required=True, help="dataset root; the job writes ROOT/versions/VERSION/")
+    parser.add_argument("--version", required=True, help="version id, e.g. 2026-12-01")
+    parser.add_argument("--key", required=True, help="column or SQL expression for each sample's key")
+    parser.add_argument(
+        "--field",
+        action="append",
+        type=parse_field,
+        default=[],
+        metavar="EXT=COLUMN_OR_SQL",
+        help="one member per sample (repeat; extensions may hold dots: seg.png). Default: every other column",
+    )
+    parser.add_argument("--max-shard-bytes", default="3GiB", help="hard cap per shard, tar bytes (default 3GiB)")
+    parser.add_argument("--max-samples-per-shard", type=int, default=None)
+    parser.add_argument("--order", choices=ORDERS, default="hash", help="sample order (default hash)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the hash order")
+    parser.add_argument("--mode", choices=("overwrite", "append"), default="overwrite")
+    parser.add_argument("--mtime", type=int, default=0, help="mtime of every tar member (default 0)")
+    parser.add_argument("--allow-pax", action="store_true", help="allow PAX headers for long/non-ASCII names")
+    parser.add_argument("--summary-json", help="also write the summary as JSON to this local path")
+    return parser
+
+
+def version_dir(root: str, version: str) -> str:
+    return storage_for(root).join(root, "versions", version)
+
+
+def published_record(root: str, version: str) -> str:
+    return storage_for(root).join(root, "_published", f"{version}.json")
+
+
+def select_samples(df: "DataFrame", key: str, fields: Sequence[Field]) -> "DataFrame":
+    """The writer's input: `__key__` then one column per field, in the given order."""
+    if not fields:
+        key_column = key.strip("`")
+        fields = [Field(c, f"`{c}`") for c in df.columns if c != key_column]
+    return df.selectExpr(
+        f"CAST(({key}) AS STRING) AS `{KEY_COLUMN}`",
+        *(f"({f.expression}) AS `{f.extension}`" for f in fields),
+    )
+
+
+def tar_bytes_column(df: "DataFrame") -> "Column":
+    """Exact tar bytes of each sample (text of non-binary fields is close enough for sizing)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType, StringType
+
+    total = F.lit(0)
+    for field in df.schema.fields:
+        if field.name == KEY_COLUMN:
+            continue
+        value = F.col(f"`{field.name}`")
+        if isinstance(field.dataType, (BinaryType, StringType)):
+            length = F.octet_length(value)
+        else:
+            length = F.octet_length(F.to_json(F.array(value))) - 2
+        member = F.lit(512) + F.ceil(length / 512) * 512
+        total = total + F.when(value.isNull(), 0).otherwise(member)
+    return total.cast("long")
+
+
+def plan_partitions(samples: int, tar_bytes: int, max_shard_bytes: int, max_samples: int | None) -> int:
+    by_bytes = math.ceil(tar_bytes / (max_shard_bytes * TARGET_FILL))
+    by_samples = math.ceil(samples / (max_samples * TARGET_FILL)) if max_samples else 1
+    return max(1, by_bytes, by_samples)
+
+
+def order_samples(df: "DataFrame", partitions: int, order: str, seed: int) -> "DataFrame":
+    from pyspark.sql import functions as F
+
+    if order == "hash":
+        mixed = df.withColumn("__order__", F.xxhash64(F.col(KEY_COLUMN), F.lit(seed)))
+        return (
+            mixed.repartition(partitions, "__order__")
+            .sortWithinPartitions("__order__", KEY_COLUMN)
+            .drop("__order__")
+        )
+    if order == "key":
+        return df.repartitionByRange(partitions, KEY_COLUMN).sortWithinPartitions(KEY_COLUMN)
+    if df.rdd.getNumPartitions() > partitions:
+        return df.coalesce(partitions)
+    return df
+
+
+def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
+    """Run the job; return the summary. Raises WebDatasetError on bad input."""
+    from pyspark.sql import functions as F
+
+    import spark_webdataset
+
+    spark_webdataset.register(spark)
+    max_shard_bytes = parse_size(args.max_shard_bytes, "--max-shard-bytes")
+    storage = storage_for(args.output)
+    target = version_dir(args.output, args.version)
+    if storage.exists(published_record(args.output, args.version)):
+        raise WebDatasetError(
+            f"version {args.version!r} of {args.output} is published and immutable; "
+            "write a new version instead"
+        )
+    manifest_path = storage.join(target, MANIFEST_NAME)
+    before = 0
+    if args.mode == "append" and storage.exists(manifest_path):
+        before = Manifest.from_json(storage.read_bytes(manifest_path)).samples
+    started = time.monotonic()
+    if args.source_table:
+        source = spark.table(args.source_table)
+    else:
+        source = spark.read.format(args.source_format).load(args.source)
+    samples_df = select_samples(source, args.key, args.field)
+    totals = samples_df.agg(F.count(F.lit(1)).alias("rows"), F.sum(tar_bytes_column(samples_df)).alias("bytes")).first()
+    rows, tar_bytes = int(totals["rows"]), int(totals["bytes"] or 0)
+    partitions = plan_partitions(rows, tar_bytes, max_shard_bytes, args.max_samples_per_shard)
+    print(
+        f"build_webdataset: {rows} samples, ~{format_size(tar_bytes)} of tar -> {partitions} partition(s), "
+        f"order {args.order}",
+        flush=True,
+    )
+    writer = (
+        order_samples(samples_df, partitions, args.order, args.seed)
+        .write.format("webdataset")
+        .option("maxShardBytes", str(max_shard_bytes))
+        .option("mtime", str(args.mtime))
+        .option("allowPax", str(args.allow_pax).lower())
+        .mode(args.mode)
+    )
+    if args.max_samples_per_shard:
+        writer = writer.option("maxSamplesPerShard", str(args.max_samples_per_shard))
+    writer.save(target)
+    seconds = time.monotonic() - started
+    manifest = Manifest.from_json(storage.read_bytes(manifest_path))
+    if manifest.samples - before != rows:
+        raise WebDatasetError(
+            f"{rows} source rows but {manifest.samples - before} new samples in {target}: rows were lost"
+        )
+    summary = {
+        "version": args.version,
+        "uri": target,
+        "shards": len(manifest.shards),
+        "samples": manifest.samples,
+        "bytes": manifest.bytes,
+        "largest_shard_bytes": max((s.bytes for s in manifest.shards), default=0),
+        "seconds": round(seconds, 3),
+        "mb_per_s": round(manifest.bytes / 1e6 / seconds, 1) if seconds else None,
+        "spark_application_id": manifest.run.get("spark_application_id"),
+    }
+    return summary
+
+
+def print_summary(summary: dict) -> None:
+    print(
+        f"build_webdataset: wrote {summary['shards']} shards, {summary['samples']} samples, "
+        f"{format_size(summary['bytes'])} in {summary['seconds']:.1f} s ({summary['mb_per_s']} MB/s) "
+        f"to {summary['uri']}"
+    )
+    print("build_webdataset summary: " + json.dumps(summary, sort_keys=True), flush=True)
+
+
+def spark_session() -> "SparkSession":
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("build_webdataset")
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # run by plain python, not spark-submit
+        builder = builder.master(os.environ.get("SPARK_MASTER", "local[*]"))
+    return builder.getOrCreate()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    spark = spark_session()
+    try:
+        summary = build(spark, args)
+    except (WebDatasetError, ValueError) as error:
+        print(f"build_webdataset: error: {error}", file=sys.stderr, flush=True)
+        return 2
+    except Exception as error:  # noqa: BLE001 - Spark wraps task errors; show the cause
+        cause = _root_message(error)
+        print(f"build_webdataset: error: {cause}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        spark.stop()
+    print_summary(summary)
+    if args.summary_json:
+        with open(args.summary_json, "w") as stream:
+            json.dump(summary, stream, indent=1, sort_keys=True)
+    return 0
+
+
+def _root_message(error: BaseException) -> str:
+    """The WebDatasetError message inside a Spark task failure, if there is one."""
+    text = str(error)
+    marker = "WebDatasetError: "
+    if marker in text:
+        return text[text.rindex(marker) + len(marker) :].split("\n", 1)[0]
+    return text
