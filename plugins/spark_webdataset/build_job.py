@@ -228,9 +228,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"build_webdataset: error: {error}", file=sys.stderr, flush=True)
         return 2
     except Exception as error:  # noqa: BLE001 - Spark wraps task errors; show the cause
-        cause = _root_message(error)
-        print(f"build_webdataset: error: {cause}", file=sys.stderr, flush=True)
-        return 1
+        cause = _input_error(error)
+        print(f"build_webdataset: error: {cause or error}", file=sys.stderr, flush=True)
+        return 2 if cause else 1
     finally:
         spark.stop()
     print_summary(summary)
@@ -240,10 +240,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _root_message(error: BaseException) -> str:
+def _input_error(error: BaseException) -> str | None:
     """The WebDatasetError message inside a Spark task failure, if there is one."""
     text = str(error)
     marker = "WebDatasetError: "
     if marker in text:
         return text[text.rindex(marker) + len(marker) :].split("\n", 1)[0]
-    return text
+    return None
