@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Sequence
 from .format.manifest import MANIFEST_NAME, Manifest
 from .format.names import KEY_COLUMN, WebDatasetError
 from .format.sizes import format_size, parse_size
+from .publish import is_published
 from .storage import storage_for
 
 if TYPE_CHECKING:
@@ -78,10 +79,6 @@ def parser() -> argparse.ArgumentParser:
 
 def version_dir(root: str, version: str) -> str:
     return storage_for(root).join(root, "versions", version)
-
-
-def published_record(root: str, version: str) -> str:
-    return storage_for(root).join(root, "_published", f"{version}.json")
 
 
 def select_samples(df: "DataFrame", key: str, fields: Sequence[Field]) -> "DataFrame":
@@ -147,7 +144,7 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
     max_shard_bytes = parse_size(args.max_shard_bytes, "--max-shard-bytes")
     storage = storage_for(args.output)
     target = version_dir(args.output, args.version)
-    if storage.exists(published_record(args.output, args.version)):
+    if is_published(args.output, args.version):
         raise WebDatasetError(
             f"version {args.version!r} of {args.output} is published and immutable; "
             "write a new version instead"

@@ -1,8 +1,9 @@
-"""`spark-webdataset`: the command line for people and scripts."""
+"""`spark-webdataset`: validate, publish and inspect datasets; make the demo source."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Sequence
 
@@ -15,9 +16,66 @@ def _demo_source(args: argparse.Namespace) -> int:
     return 0
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from .validate import validate_version
+
+    report = validate_version(
+        args.version_uri,
+        workers=args.workers,
+        require=args.require,
+        spark_master=args.spark_master,
+        progress=not args.quiet,
+    )
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from .publish import PublishError, publish
+
+    try:
+        result = publish(args.root, args.version)
+    except PublishError as error:
+        print(f"publish: refused: {error}", file=sys.stderr)
+        return 1
+    state = "already published (no-op)" if result.already_published else "published"
+    print(
+        f"{state}: {result.version} ({result.shards} shards, {result.samples} samples, {result.bytes} bytes); "
+        f"LATEST={result.latest}; index {result.index_uri}"
+    )
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from .catalog import describe, format_description
+
+    description = describe(args.root)
+    print(json.dumps(description, indent=1) if args.json else format_description(description))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spark-webdataset", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+
+    validate = commands.add_parser("validate", help="open every shard of a version and check it")
+    validate.add_argument("version_uri", help="ROOT/versions/VERSION")
+    validate.add_argument("--workers", type=int, default=None, help="local processes (default: cores)")
+    validate.add_argument("--require", action="append", default=[], help="a field every sample must have")
+    validate.add_argument("--spark-master", help="check shards with a Spark job instead of a local pool")
+    validate.add_argument("--quiet", action="store_true", help="no progress bar")
+    validate.set_defaults(run=_validate)
+
+    publish = commands.add_parser("publish", help="make a validated version visible; move LATEST forward")
+    publish.add_argument("root")
+    publish.add_argument("version")
+    publish.set_defaults(run=_publish)
+
+    inspect = commands.add_parser("inspect", help="versions of a dataset root, published or not, and LATEST")
+    inspect.add_argument("root")
+    inspect.add_argument("--json", action="store_true")
+    inspect.set_defaults(run=_inspect)
+
     demo = commands.add_parser("demo-source", help="write the scikit-learn digits demo source as parquet")
     demo.add_argument("directory")
     demo.add_argument("--files", type=int, default=8)

@@ -89,7 +89,7 @@ def check_schema(schema: StructType) -> list[dict[str, str]]:
                 f"column {name!r} has type {data_type.simpleString()}, which webdataset cannot encode "
                 "(use binary, string, numbers, boolean, date, timestamp, struct, map or array)"
             )
-        fields.append({"name": name, "type": data_type.simpleString()})
+        fields.append({"name": name, "type": data_type.simpleString(), "nullable": by_name[name].nullable})
     return fields
 
 

@@ -56,6 +56,14 @@ class Storage(ABC):
     def create_only(self, path: str, data: bytes) -> None:
         """Write `path` only if it does not exist; else raise PreconditionFailed."""
 
+    @abstractmethod
+    def read_versioned(self, path: str) -> tuple[bytes | None, object]:
+        """The object's bytes (None if absent) and a token for `replace_if`."""
+
+    @abstractmethod
+    def replace_if(self, path: str, data: bytes, token: object) -> bool:
+        """Compare-and-swap: write only if the object is still as `read_versioned` saw it."""
+
     def read_bytes(self, path: str) -> bytes:
         with self.open_read(path) as stream:
             return stream.read()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import uuid
@@ -93,3 +94,25 @@ class LocalStorage(Storage):
         finally:
             os.remove(temp)
         _fsync_dir(os.path.dirname(path) or ".")
+
+    def read_versioned(self, path: str) -> tuple[bytes | None, object]:
+        try:
+            with open(local_path(path), "rb") as stream:
+                data = stream.read()
+        except FileNotFoundError:
+            return None, None
+        return data, data
+
+    def replace_if(self, path: str, data: bytes, token: object) -> bool:
+        path = local_path(path)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        # A lock file beside the object serializes writers across processes;
+        # readers never take it (the replace itself is atomic).
+        lock_path = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.lock")
+        with open(lock_path, "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            current, _ = self.read_versioned(path)
+            if current != token:
+                return False
+            self.write_atomic(path, data)
+            return True

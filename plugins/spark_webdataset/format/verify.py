@@ -1,0 +1,124 @@
+"""Check one shard against the WebDataset rules and its manifest entry, streaming it once.
+
+Pure format logic over a binary stream: the validator runs it in a local
+process pool or in Spark tasks, and reads shards from any storage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterable
+
+from .names import key_error
+from .sample_reader import TarFormatError, iter_samples
+
+MAX_ERRORS_PER_SHARD = 20
+
+
+class _HashingRaw(io.RawIOBase):
+    """Hashes and counts every byte read from `stream`, in the large chunks a buffer asks for."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        view = memoryview(buffer).cast("B")
+        data = self.stream.read(len(view))
+        count = len(data)
+        view[:count] = data
+        self.digest.update(data)
+        self.size += count
+        return count
+
+
+class HashingReader(io.BufferedReader):
+    """A buffered stream whose every byte, read or drained, goes into a sha256."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.hashed = _HashingRaw(stream)
+        super().__init__(self.hashed, buffer_size=1 << 20)
+
+    def seekable(self) -> bool:
+        return False
+
+    def drain(self) -> None:
+        while self.read(1 << 20):
+            pass
+
+
+@dataclass
+class ShardReport:
+    name: str
+    samples: int = 0
+    bytes: int = 0
+    sha256: str = ""
+    errors: list[dict] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)  # in shard order; sorted by the caller
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def error(self, message: str, offset: int | None = None, key: str | None = None) -> None:
+        if len(self.errors) < MAX_ERRORS_PER_SHARD:
+            self.errors.append({"shard": self.name, "offset": offset, "key": key, "error": message})
+
+    def summary(self) -> dict:
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "samples": self.samples,
+            "bytes": self.bytes,
+            "sha256": self.sha256,
+            "errors": len(self.errors),
+        }
+
+
+def verify_shard(
+    name: str, stream: BinaryIO, expected: dict | None, required_fields: Iterable[str] = ()
+) -> ShardReport:
+    """Stream `stream` once; report every rule it breaks (up to a bound) with offsets and keys.
+
+    `expected` is the shard's manifest entry (samples, bytes, sha256,
+    first_key, last_key), or None for a shard the manifest does not list.
+    """
+    report = ShardReport(name)
+    required = set(required_fields)
+    reader = HashingReader(stream)
+    try:
+        for sample in iter_samples(reader):
+            report.samples += 1
+            report.keys.append(sample.key)
+            problem = key_error(sample.key)
+            if problem:
+                report.error(f"invalid key: {problem}", sample.offset, sample.key)
+            missing = required - sample.fields.keys()
+            if missing:
+                report.error(f"required field(s) {sorted(missing)} missing", sample.offset, sample.key)
+        reader.drain()
+    except TarFormatError as error:
+        report.error(error.message, error.offset, error.key)
+        reader.drain()
+    report.bytes = reader.hashed.size
+    report.sha256 = reader.hashed.digest.hexdigest()
+    if expected is None:
+        report.error("shard is present but not listed in the manifest")
+        return report
+    for what in ("bytes", "sha256"):
+        if getattr(report, what) != expected[what]:
+            report.error(f"{what} {getattr(report, what)} differs from the manifest's {expected[what]}")
+    if report.ok and report.samples != expected["samples"]:
+        report.error(f"{report.samples} samples, the manifest says {expected['samples']}")
+    if report.ok and report.keys and (report.keys[0], report.keys[-1]) != (expected["first_key"], expected["last_key"]):
+        report.error(
+            f"key range {report.keys[0]!r}..{report.keys[-1]!r} differs from the manifest's "
+            f"{expected['first_key']!r}..{expected['last_key']!r}"
+        )
+    return report

@@ -1,0 +1,238 @@
+"""Validate a written version: every shard opened and streamed once, in parallel.
+
+Checks everything DESIGN.md lists (tar damage, unsafe or misshapen
+names, grouping, repeated fields, required fields, keys across shards,
+counts/bytes/sha256 against the manifest, missing and unlisted shards)
+and writes `_validation.json` next to the manifest. Shards are checked in
+a local process pool, or by a Spark job (one task per shard) for versions
+of thousands of shards. Keys are proven unique across the version by
+merging sorted per-shard runs (pool) or by Spark's group-by (Spark).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+from tqdm import tqdm
+
+from .format.keys import first_duplicate
+from .format.manifest import MANIFEST_NAME, Manifest
+from .format.verify import verify_shard
+from .storage import storage_for
+
+VALIDATION_NAME = "_validation.json"
+VALIDATION_KIND = "spark-webdataset-validation-v1"
+MAX_REPORTED_ERRORS = 100
+# Files in a version directory that are not shards.
+METADATA_FILES = {MANIFEST_NAME, VALIDATION_NAME, "shardindex.json"}
+
+
+@dataclass
+class ValidationReport:
+    version_uri: str
+    manifest_sha256: str
+    shards: list[dict] = field(default_factory=list)
+    errors: list[dict] = field(default_factory=list)
+    error_count: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error_count == 0
+
+    @property
+    def samples(self) -> int:
+        return sum(s["samples"] for s in self.shards)
+
+    @property
+    def bytes(self) -> int:
+        return sum(s["bytes"] for s in self.shards)
+
+    def add_error(self, message: str, shard: str | None = None, offset: int | None = None, key: str | None = None) -> None:
+        self.error_count += 1
+        if len(self.errors) < MAX_REPORTED_ERRORS:
+            self.errors.append({"shard": shard, "offset": offset, "key": key, "error": message})
+
+    def to_json(self) -> bytes:
+        document = {
+            "__kind__": VALIDATION_KIND,
+            "ok": self.ok,
+            "version": self.version_uri,
+            "manifest_sha256": self.manifest_sha256,
+            "samples": self.samples,
+            "bytes": self.bytes,
+            "shard_count": len(self.shards),
+            "error_count": self.error_count,
+            "errors": self.errors,
+            "shards": self.shards,
+            "run": {
+                "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "seconds": round(self.seconds, 3),
+            },
+        }
+        return (json.dumps(document, indent=1, ensure_ascii=False) + "\n").encode()
+
+    def summary(self) -> str:
+        state = "OK" if self.ok else f"FAILED with {self.error_count} error(s)"
+        lines = [
+            f"validate {self.version_uri}: {state}: {len(self.shards)} shards, {self.samples} samples, "
+            f"{self.bytes} bytes in {self.seconds:.1f} s"
+        ]
+        for error in self.errors[:10]:
+            where = ", ".join(
+                f"{k} {error[k]!r}" if k == "key" else f"{k} {error[k]}"
+                for k in ("shard", "offset", "key")
+                if error.get(k) is not None
+            )
+            lines.append(f"  - {where}: {error['error']}")
+        return "\n".join(lines)
+
+
+def _check_shard(task: tuple[str, str, dict | None, list[str], str | None]) -> dict:
+    """One shard, in a worker process; sorted keys go to `keys_path` as one key per JSON line."""
+    uri, name, expected, required, keys_path = task
+    storage = storage_for(uri)
+    with storage.open_read(storage.join(uri, name)) as stream:
+        report = verify_shard(name, stream, expected, required)
+    result = report.summary()
+    result["error_list"] = report.errors
+    if keys_path is not None:
+        with open(keys_path, "w", encoding="utf-8") as out:
+            for key in sorted(report.keys):
+                out.write(json.dumps(key) + "\n")
+    else:
+        result["keys"] = report.keys
+    return result
+
+
+def _read_run(path: str) -> Iterator[str]:
+    with open(path, encoding="utf-8") as stream:
+        for line in stream:
+            yield json.loads(line)
+
+
+def _tasks(uri: str, manifest: Manifest, present: dict[str, int], required: Sequence[str], report: ValidationReport):
+    listed = {shard.name: shard for shard in manifest.shards}
+    for shard in manifest.shards:
+        if shard.name not in present:
+            report.add_error("shard is listed in the manifest but missing", shard.name)
+            continue
+        yield shard.name, {
+            "samples": shard.samples,
+            "bytes": shard.bytes,
+            "sha256": shard.sha256,
+            "first_key": shard.first_key,
+            "last_key": shard.last_key,
+        }
+    for name in sorted(present):
+        if name not in listed and name.endswith(".tar"):
+            yield name, None
+
+
+def required_fields(manifest: Manifest, extra: Sequence[str] = ()) -> list[str]:
+    """Fields every sample must have: non-nullable columns, plus any the caller names."""
+    fields = [f["name"] for f in manifest.fields if f.get("nullable") is False]
+    return sorted(set(fields) | set(extra))
+
+
+def validate_version(
+    uri: str,
+    workers: int | None = None,
+    require: Sequence[str] = (),
+    spark_master: str | None = None,
+    write_report: bool = True,
+    progress: bool = False,
+) -> ValidationReport:
+    """Validate the version directory `uri`; write `_validation.json` unless told not to."""
+    started = time.monotonic()
+    storage = storage_for(uri)
+    manifest_path = storage.join(uri, MANIFEST_NAME)
+    if not storage.exists(manifest_path):
+        report = ValidationReport(uri, "")
+        report.add_error(f"no {MANIFEST_NAME}: the version was never committed")
+        report.seconds = time.monotonic() - started
+        return report
+    manifest_bytes = storage.read_bytes(manifest_path)
+    manifest = Manifest.from_json(manifest_bytes)
+    report = ValidationReport(uri, hashlib.sha256(manifest_bytes).hexdigest())
+    present = {n: s for n, s in storage.list_sizes(uri).items() if n not in METADATA_FILES and not n.startswith(".")}
+    for name in sorted(present):
+        if not name.endswith(".tar"):
+            report.add_error("unexpected file in the version directory", name)
+    required = required_fields(manifest, require)
+    tasks = list(_tasks(uri, manifest, present, required, report))
+    if spark_master:
+        results, duplicates = _check_with_spark(uri, tasks, required, spark_master)
+    else:
+        results, duplicates = _check_with_pool(uri, tasks, required, workers, progress)
+    for result in results:
+        for error in result.pop("error_list"):
+            report.add_error(error["error"], error["shard"], error["offset"], error["key"])
+        report.shards.append(result)
+    for key, shards in duplicates:
+        report.add_error(f"key appears in shards {', '.join(shards)}", shards[-1], None, key)
+    report.seconds = time.monotonic() - started
+    if write_report:
+        storage.write_atomic(storage.join(uri, VALIDATION_NAME), report.to_json())
+    return report
+
+
+def _check_with_pool(uri, tasks, required, workers, progress):
+    names = [name for name, _ in tasks]
+    with tempfile.TemporaryDirectory(prefix="wds-validate-") as scratch:
+        runs = [os.path.join(scratch, f"{index:06d}.keys") for index in range(len(tasks))]
+        jobs = [(uri, name, expected, required, run) for (name, expected), run in zip(tasks, runs)]
+        workers = workers or os.cpu_count() or 1
+        bar = tqdm(total=len(jobs), unit="shard", desc="validate", disable=not progress)
+        if workers == 1 or len(jobs) <= 1:
+            results = [_check_shard(job) for job in jobs]
+            bar.update(len(jobs))
+        else:
+            with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+                results = []
+                for result in pool.map(_check_shard, jobs):
+                    results.append(result)
+                    bar.update(1)
+        bar.close()
+        duplicates = []
+        found = first_duplicate(_read_run(run) for run in runs)
+        if found:
+            key, first, second = found
+            duplicates.append((key, [names[first], names[second]]))
+    return results, duplicates
+
+
+def _check_with_spark(uri, tasks, required, master):
+    """One Spark task per shard; Spark's group-by proves keys unique at any scale."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    spark = SparkSession.builder.master(master).appName("validate_webdataset").getOrCreate()
+    jobs = [(uri, name, expected, list(required), None) for name, expected in tasks]
+    checked = spark.sparkContext.parallelize(jobs, max(1, len(jobs))).map(_check_shard).cache()
+    results = checked.map(lambda r: {k: v for k, v in r.items() if k != "keys"}).collect()
+    keys = checked.flatMap(lambda r: ((key, r["name"]) for key in r["keys"])).toDF(["key", "shard"])
+    repeated = (
+        keys.groupBy("key")
+        .agg(F.count("*").alias("n"), F.sort_array(F.collect_set("shard")).alias("shards"))
+        .where("n > 1")
+        .orderBy("key")
+        .limit(MAX_REPORTED_ERRORS)
+        .collect()
+    )
+    checked.unpersist()
+    return results, [(row["key"], list(row["shards"])) for row in repeated]
+
+
+def read_validation(uri: str) -> dict | None:
+    storage = storage_for(uri)
+    path = storage.join(uri, VALIDATION_NAME)
+    return json.loads(storage.read_bytes(path)) if storage.exists(path) else None
