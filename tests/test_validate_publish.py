@@ -1,0 +1,233 @@
+"""Validation catches each defect injected into real shards; publish refuses, and races settle."""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing
+import shutil
+import tarfile
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from spark_webdataset.cli import main as cli
+from spark_webdataset.publish import PublishError, advance_latest, publish, read_latest, shard_index
+from spark_webdataset.validate import validate_version
+
+Members = list[tuple[tarfile.TarInfo, bytes]]
+
+
+@pytest.fixture(scope="module")
+def written_version(spark, digits_source, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("pristine")
+    target = root / "versions" / "v1"
+    (
+        spark.read.parquet(digits_source)
+        .selectExpr("format_string('d/%05d', id) AS __key__", "image AS png", "label AS cls")
+        .repartition(2)
+        .write.format("webdataset")
+        .option("maxShardBytes", "512KiB")
+        .mode("overwrite")
+        .save(str(target))
+    )
+    return root
+
+
+@pytest.fixture
+def root(written_version, tmp_path) -> Path:
+    copy = tmp_path / "root"
+    shutil.copytree(written_version, copy)
+    return copy
+
+
+def version(root: Path) -> Path:
+    return root / "versions" / "v1"
+
+
+def read_members(path: Path) -> Members:
+    with tarfile.open(path) as tar:
+        return [(m, tar.extractfile(m).read() if m.isreg() else b"") for m in tar.getmembers()]
+
+
+def write_members(path: Path, members: Members) -> None:
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
+
+
+def rewrite(path: Path, change: Callable[[Members], Members]) -> None:
+    write_members(path, change(read_members(path)))
+
+
+def shard(root: Path, index: int) -> Path:
+    return version(root) / f"shard-{index:06d}.tar"
+
+
+def flip_byte(root: Path) -> None:
+    path = shard(root, 1)
+    data = bytearray(path.read_bytes())
+    data[512 + 100] ^= 0xFF  # inside the first member's payload
+    path.write_bytes(bytes(data))
+
+
+def truncate(root: Path) -> None:
+    path = shard(root, 0)
+    path.write_bytes(path.read_bytes()[:-2000])
+
+
+def not_adjacent(root: Path) -> None:
+    rewrite(shard(root, 0), lambda m: [m[0], m[2], m[1], *m[3:]])  # a.png b.png a.cls ...
+
+
+def field_twice(root: Path) -> None:
+    rewrite(shard(root, 0), lambda m: [m[0], m[0], *m[1:]])
+
+
+def key_in_two_shards(root: Path) -> None:
+    first = read_members(shard(root, 0))[:2]
+    rewrite(shard(root, 1), lambda m: m + first)
+
+
+def shard_missing(root: Path) -> None:
+    shard(root, 1).unlink()
+
+
+def extra_shard(root: Path) -> None:
+    shutil.copy(shard(root, 0), version(root) / "shard-000099.tar")
+
+
+def symlink_member(root: Path) -> None:
+    link = tarfile.TarInfo("d/99999.lnk")
+    link.type = tarfile.SYMTYPE
+    link.linkname = "/etc/passwd"
+    rewrite(shard(root, 0), lambda m: m + [(link, b"")])
+
+
+def dotdot_member(root: Path) -> None:
+    evil = tarfile.TarInfo("../evil.txt")
+    evil.size = 3
+    rewrite(shard(root, 0), lambda m: m + [(evil, b"bad")])
+
+
+DEFECTS = {
+    "truncated tar": (truncate, "truncated"),
+    "flipped byte": (flip_byte, "sha256"),
+    "members not adjacent": (not_adjacent, "not adjacent"),
+    "field twice": (field_twice, "appears twice in one sample"),
+    "key in two shards": (key_in_two_shards, "key appears in shards shard-000000.tar, shard-000001.tar"),
+    "shard missing": (shard_missing, "listed in the manifest but missing"),
+    "extra shard": (extra_shard, "not listed in the manifest"),
+    "symlink member": (symlink_member, "not a regular file"),
+    "../ member name": (dotdot_member, "not a safe <key>.<field> name"),
+}
+
+
+def test_a_good_version_validates_and_publishes(root: Path) -> None:
+    report = validate_version(str(version(root)))
+    assert report.ok, report.summary()
+    assert report.samples == 1797 and len(report.shards) >= 2
+    result = publish(str(root), "v1")
+    assert (result.samples, result.already_published, result.latest) == (1797, False, "v1")
+    index = json.loads((version(root) / "shardindex.json").read_text())
+    assert index["__kind__"] == "wids-shard-index-v1" and sum(s["nsamples"] for s in index["shardlist"]) == 1797
+    assert publish(str(root), "v1").already_published
+
+
+@pytest.mark.parametrize("defect", list(DEFECTS))
+def test_validation_catches_defect_and_publish_refuses(root: Path, defect: str) -> None:
+    inject, message = DEFECTS[defect]
+    inject(root)
+    report = validate_version(str(version(root)), workers=2)
+    assert not report.ok
+    assert any(message in error["error"] for error in report.errors), report.summary()
+    error = next(e for e in report.errors if message in e["error"])
+    assert error["shard"], error
+    assert json.loads((version(root) / "_validation.json").read_text())["ok"] is False
+    with pytest.raises(PublishError, match="validation failed"):
+        publish(str(root), "v1")
+    assert not (root / "_published").exists() and read_latest(str(root)) is None
+
+
+def test_validation_with_spark_finds_keys_in_two_shards(spark, root: Path) -> None:
+    key_in_two_shards(root)
+    report = validate_version(str(version(root)), spark_master="local[2]")
+    assert any("key appears in shards shard-000000.tar, shard-000001.tar" in e["error"] for e in report.errors)
+
+
+def test_publish_refuses_unvalidated_and_changed_manifests(root: Path) -> None:
+    with pytest.raises(PublishError, match="not validated"):
+        publish(str(root), "v1")
+    assert validate_version(str(version(root))).ok
+    manifest = version(root) / "_manifest.json"
+    manifest.write_text(manifest.read_text().replace('"mtime": 0', '"mtime": 1'))
+    with pytest.raises(PublishError, match="another manifest"):
+        publish(str(root), "v1")
+
+
+def test_cli_validate_and_publish_exit_codes(root: Path, capsys) -> None:
+    assert cli(["validate", "--quiet", str(version(root))]) == 0
+    assert cli(["publish", str(root), "v1"]) == 0
+    assert cli(["inspect", str(root), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"latest": "v1"' in out
+    truncate(root)
+    assert cli(["validate", "--quiet", str(version(root))]) == 1
+
+
+def _publish_in_process(args: tuple[str, str, object]) -> str:
+    root, name, barrier = args
+    barrier.wait()
+    result = publish(root, name)
+    return "noop" if result.already_published else "won"
+
+
+def _race(root: Path, versions: list[str]) -> list[str]:
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        barrier = manager.Barrier(len(versions))
+        with context.Pool(len(versions)) as pool:
+            return pool.map(_publish_in_process, [(str(root), v, barrier) for v in versions])
+
+
+def test_racing_publishers_leave_one_record(root: Path) -> None:
+    assert validate_version(str(version(root))).ok
+    outcomes = _race(root, ["v1", "v1"])
+    assert sorted(outcomes) == ["noop", "won"]
+    assert [p.name for p in (root / "_published").iterdir()] == ["v1.json"]
+    assert read_latest(str(root)) == "v1"
+
+
+def test_versions_published_at_once_leave_latest_on_the_greater(root: Path) -> None:
+    for name in ("20261201T000000Z", "20261202T000000Z"):
+        shutil.copytree(version(root), root / "versions" / name)
+        assert validate_version(str(root / "versions" / name)).ok
+    for _ in range(3):
+        for record in (root / "_published").glob("*.json") if (root / "_published").exists() else []:
+            record.unlink()
+        (root / "LATEST").unlink(missing_ok=True)
+        outcomes = _race(root, ["20261202T000000Z", "20261201T000000Z"])
+        assert outcomes == ["won", "won"]
+        assert read_latest(str(root)) == "20261202T000000Z"
+
+
+def test_backfill_never_moves_latest_back(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    assert advance_latest(root, "20261203T000000Z") == "20261203T000000Z"
+    assert advance_latest(root, "20261201T000000Z") == "20261203T000000Z"
+    assert read_latest(root) == "20261203T000000Z"
+
+
+def test_version_order_is_natural() -> None:
+    from spark_webdataset.publish import version_order
+
+    assert version_order("v10") > version_order("v9")
+    assert version_order("20261202T000000Z") > version_order("20261201T235959Z")
+
+
+def test_shard_index_is_reproducible(root: Path) -> None:
+    from spark_webdataset.format.manifest import Manifest
+
+    manifest = Manifest.from_json((version(root) / "_manifest.json").read_bytes())
+    assert shard_index(manifest, "x") == shard_index(manifest, "x")
