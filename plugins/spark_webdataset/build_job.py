@@ -73,6 +73,11 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--mode", choices=("overwrite", "append"), default="overwrite")
     parser.add_argument("--mtime", type=int, default=0, help="mtime of every tar member (default 0)")
     parser.add_argument("--allow-pax", action="store_true", help="allow PAX headers for long/non-ASCII names")
+    parser.add_argument(
+        "--skip-if-published",
+        action="store_true",
+        help="exit 0 without writing if the version is published already (idempotent re-runs)",
+    )
     parser.add_argument("--summary-json", help="also write the summary as JSON to this local path")
     return parser
 
@@ -144,12 +149,16 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
     max_shard_bytes = parse_size(args.max_shard_bytes, "--max-shard-bytes")
     storage = storage_for(args.output)
     target = version_dir(args.output, args.version)
+    manifest_path = storage.join(target, MANIFEST_NAME)
+    if is_published(args.output, args.version) and args.skip_if_published:
+        manifest = Manifest.from_json(storage.read_bytes(manifest_path))
+        print(f"build_webdataset: version {args.version!r} is published already; nothing to write", flush=True)
+        return _summary(args.version, target, manifest, 0.0, skipped=True)
     if is_published(args.output, args.version):
         raise WebDatasetError(
             f"version {args.version!r} of {args.output} is published and immutable; "
             "write a new version instead"
         )
-    manifest_path = storage.join(target, MANIFEST_NAME)
     before = 0
     if args.mode == "append" and storage.exists(manifest_path):
         before = Manifest.from_json(storage.read_bytes(manifest_path)).samples
@@ -184,8 +193,12 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
         raise WebDatasetError(
             f"{rows} source rows but {manifest.samples - before} new samples in {target}: rows were lost"
         )
-    summary = {
-        "version": args.version,
+    return _summary(args.version, target, manifest, seconds)
+
+
+def _summary(version: str, target: str, manifest: Manifest, seconds: float, skipped: bool = False) -> dict:
+    return {
+        "version": version,
         "uri": target,
         "shards": len(manifest.shards),
         "samples": manifest.samples,
@@ -194,11 +207,13 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
         "seconds": round(seconds, 3),
         "mb_per_s": round(manifest.bytes / 1e6 / seconds, 1) if seconds else None,
         "spark_application_id": manifest.run.get("spark_application_id"),
+        "skipped": skipped,
     }
-    return summary
 
 
 def print_summary(summary: dict) -> None:
+    if summary["skipped"]:
+        return
     print(
         f"build_webdataset: wrote {summary['shards']} shards, {summary['samples']} samples, "
         f"{format_size(summary['bytes'])} in {summary['seconds']:.1f} s ({summary['mb_per_s']} MB/s) "

@@ -1,0 +1,14 @@
+# Sourced by scripts and the Makefile: Airflow and Spark on the embedded
+# default (SQLite under airflow_home/, local Spark, data under data/).
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PATH="$REPO/.venv/bin:$PATH"
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$REPO/airflow_home}"
+export AIRFLOW__CORE__DAGS_FOLDER="$REPO/dags"
+export AIRFLOW__CORE__PLUGINS_FOLDER="$REPO/plugins"
+export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
+export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\": \"spark\", \"host\": \"local[*]\"\}}"
+export PYSPARK_PYTHON="$REPO/.venv/bin/python"
+export PYSPARK_DRIVER_PYTHON="$REPO/.venv/bin/python"
+export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
+export SPARK_WEBDATASET_DATA="${SPARK_WEBDATASET_DATA:-$REPO/data}"
