@@ -252,14 +252,43 @@ def tree_bytes(directory: str) -> tuple[int, int]:
 # -- Python worker RSS --------------------------------------------------------
 
 
+def _busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (all cores)."""
+    times = psutil.cpu_times()
+    idle = times.idle + getattr(times, "iowait", 0.0)
+    guest = getattr(times, "guest", 0.0) + getattr(times, "guest_nice", 0.0)  # already in user/nice
+    return sum(times) - idle - guest
+
+
+def wait_for_quiet(limit_s: float, share: float = 0.15) -> float:
+    """Wait (at most `limit_s`) until other processes use under `share` of the CPUs for 2 s in a row."""
+    started = time.perf_counter()
+    quiet = 0
+    cores = os.cpu_count() or 1
+    while time.perf_counter() - started < limit_s and quiet < 2:
+        before = _busy_seconds()
+        time.sleep(1.0)
+        quiet = quiet + 1 if (_busy_seconds() - before) / cores < share else 0
+    return time.perf_counter() - started
+
+
 class WorkerRss:
-    """Samples the RSS of every pyspark Python process below this driver every `interval` s."""
+    """Samples the RSS of every pyspark Python process below this driver every `interval` s.
+
+    It also adds up the CPU time of this driver and all its descendants (JVM, Python workers),
+    so that CPU the rest of the machine used during a run ("other CPU") can be reported.
+    """
 
     def __init__(self, interval: float = 0.1) -> None:
         self.interval = interval
         self.me = psutil.Process()
         self.roles: dict[int, str] = {}
         self.peaks: dict[int, int] = {}
+        self._cpu_start: dict[int, float] = {}
+        self._cpu_last: dict[int, float] = {}
+        self._busy_start = 0.0
+        self._wall_start = 0.0
+        self.other_cpu_share = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -280,9 +309,19 @@ class WorkerRss:
         self.roles[process.pid] = role or ""
         return role
 
-    def sample(self) -> None:
-        for process in self.me.children(recursive=True):
+    def _cpu(self, process: psutil.Process, start: bool = False) -> None:
+        times = process.cpu_times()
+        used = times.user + times.system
+        if start:
+            self._cpu_start[process.pid] = used
+        self._cpu_last[process.pid] = used
+
+    def sample(self, start: bool = False) -> None:
+        for process in [self.me, *self.me.children(recursive=True)]:
             try:
+                self._cpu(process, start)
+                if process.pid == self.me.pid:
+                    continue
                 role = self._role(process)
                 if not role:
                     continue
@@ -299,6 +338,11 @@ class WorkerRss:
 
     def __enter__(self) -> "WorkerRss":
         self.peaks.clear()
+        self._cpu_start.clear()
+        self._cpu_last.clear()
+        self._busy_start = _busy_seconds()
+        self._wall_start = time.perf_counter()
+        self.sample(start=True)
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -309,6 +353,10 @@ class WorkerRss:
         if self._thread:
             self._thread.join()
         self.sample()
+        ours = sum(used - self._cpu_start.get(pid, 0.0) for pid, used in self._cpu_last.items())
+        busy = _busy_seconds() - self._busy_start
+        capacity = (time.perf_counter() - self._wall_start) * (os.cpu_count() or 1)
+        self.other_cpu_share = max(0.0, busy - ours) / capacity if capacity else 0.0
 
     def peak(self, role: str = "worker") -> int:
         return max((rss for pid, rss in self.peaks.items() if self.roles.get(pid) == role), default=0)
@@ -359,6 +407,8 @@ class WriterResult:
     files: int = 0
     # max RSS of any live Python worker during the run; reused idle workers count too
     max_live_worker_rss_mib: float = 0.0
+    # share of the machine's CPU that other processes used during each run
+    other_cpu_share: list[float] = field(default_factory=list)
     arrow_batches: dict[str, int] | None = None
 
     @property
@@ -380,6 +430,8 @@ def run_case(
             directory = os.path.join(args.workdir, f"{name}-{writer}")
             shutil.rmtree(directory, ignore_errors=True)
             os.sync()  # earlier runs' dirty pages are not this run's cost
+            if args.quiet_wait:
+                wait_for_quiet(args.quiet_wait)
             job = write_with(writer, df, directory, args.max_shard_bytes)
             with sampler:
                 t0 = time.perf_counter()
@@ -387,6 +439,7 @@ def run_case(
                 elapsed = time.perf_counter() - t0
             result = results[writer]
             result.times_s.append(elapsed)
+            result.other_cpu_share.append(sampler.other_cpu_share)
             result.max_live_worker_rss_mib = max(result.max_live_worker_rss_mib, sampler.peak() / MIB)
             if writer == "arrow-noop":
                 with open(os.path.join(directory, "report.json")) as stream:
@@ -401,7 +454,8 @@ def run_case(
             shutil.rmtree(directory, ignore_errors=True)
             print(
                 f"   run {repeat + 1}/{args.repeats} {writer:<11} {elapsed:7.2f} s  "
-                f"{payload / MB / elapsed:7.1f} MB/s payload  {result.written_bytes / MB / elapsed:7.1f} MB/s written",
+                f"{payload / MB / elapsed:7.1f} MB/s payload  {result.written_bytes / MB / elapsed:7.1f} MB/s written  "
+                f"other CPU {sampler.other_cpu_share:4.0%}",
                 flush=True,
             )
     df.unpersist(blocking=True)
@@ -450,6 +504,8 @@ def run_memory(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
     directory = os.path.join(args.workdir, "memory-webdataset")
     shutil.rmtree(directory, ignore_errors=True)
     os.sync()
+    if args.quiet_wait:
+        wait_for_quiet(args.quiet_wait)
     sampler = WorkerRss()
     with sampler:
         t0 = time.perf_counter()
@@ -484,6 +540,7 @@ def run_memory(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
         "shards": [{"name": s["name"], "samples": s["samples"], "bytes": s["bytes"]} for s in shards],
         "peak_worker_rss_mib": peak,
         "peak_daemon_rss_mib": sampler.peak("daemon") / MIB,
+        "other_cpu_share": sampler.other_cpu_share,
         "processes": processes,
         "arrow_batches_seen_by_noop_writer": batches,
         "noop_peak_worker_rss_mib": noop_sampler.peak() / MIB,
@@ -568,16 +625,20 @@ def _timed(fn: Callable[[], Any]) -> float:
 
 def print_table(results: dict[str, Any]) -> None:
     print("\n" + "=" * 100)
-    print(f"best of {results['config']['repeats']} runs; MB = 10^6 bytes; local[{results['config']['cores']}]")
+    print(
+        f"best of {results['config']['repeats']} runs; MB = 10^6 bytes; local[{results['config']['cores']}]; "
+        "other CPU = share of the machine's CPU other processes used during the best run"
+    )
     header = f"{'case':<7} {'writer':<11} {'best s':>8} {'median s':>9} {'payload MB/s':>13} {'written MB/s':>13} "
-    header += f"{'written MB':>11} {'files':>6}"
+    header += f"{'written MB':>11} {'files':>6} {'other CPU':>10}"
     print(header)
     print("-" * len(header))
     for case in results["cases"]:
         for writer, r in case["writers"].items():
             print(
                 f"{case['case']:<7} {writer:<11} {r['best_s']:8.2f} {r['median_s']:9.2f} {r['payload_mb_s']:13.1f} "
-                f"{r['written_mb_s']:13.1f} {r['written_bytes'] / MB:11.1f} {r['files']:6d}"
+                f"{r['written_mb_s']:13.1f} {r['written_bytes'] / MB:11.1f} {r['files']:6d} "
+                f"{r['other_cpu_share'][r['times_s'].index(r['best_s'])]:10.0%}"
             )
         for label, ratio in case["ratios"].items():
             target = ratio["target"]
@@ -621,6 +682,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--memory-shard-bytes", type=parse_size, default=GIB)
     parser.add_argument("--memory-partitions", type=int, default=2)
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=120.0,
+        help="before each run wait up to this many seconds for other processes to leave the CPUs idle (0: don't)",
+    )
     parser.add_argument("--skip-core", action="store_true")
     parser.add_argument("--driver-memory", default="10g")
     parser.add_argument("--tmp", default="/tmp", help="parent of the temporary work directory")

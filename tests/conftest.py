@@ -3,15 +3,35 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+BIN = Path(sys.executable).parent
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ["PATH"] = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"  # spark-submit, airflow
+# Airflow reads its configuration when first imported: give the tests their
+# own home and SQLite database, never the developer's airflow_home/.
+AIRFLOW_TEST_HOME = tempfile.mkdtemp(prefix="airflow-test-")
+os.environ["AIRFLOW_HOME"] = AIRFLOW_TEST_HOME
+os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_TEST_HOME}/airflow.db"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
+os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = '{"conn_type": "spark", "host": "local[2]"}'
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> str:
+    """A migrated SQLite metadata database for dag.test() runs."""
+    subprocess.run([str(BIN / "airflow"), "db", "migrate"], check=True, capture_output=True, timeout=300)
+    return AIRFLOW_TEST_HOME
 
 
 @pytest.fixture(scope="session")
