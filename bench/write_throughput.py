@@ -1,7 +1,7 @@
 """Write throughput of `format("webdataset")` against parquet and the foreachPartition+tarfile workaround.
 
 Run it with `make bench`, which runs `.venv/bin/python bench/write_throughput.py` (the issue's
-sizes: 200k x 1 KiB and 20k x 100 KiB samples, ~10 minutes on 2 cores), or a quick smoke run:
+sizes: 200k x 1 KiB and 20k x 100 KiB samples, 5 runs each, ~10 minutes on 2 cores), or a quick smoke run:
 
     .venv/bin/python bench/write_throughput.py --quick
 
@@ -673,7 +673,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--large-bytes", type=parse_size, default=100 * 1024)
     parser.add_argument("--partitions", type=int, default=4, help="same for every writer (default 4)")
     parser.add_argument("--cores", type=int, default=2, help="local[N] (default 2)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per writer; the best is reported")
+    parser.add_argument("--repeats", type=int, default=5, help="runs per writer; the best is reported")
     parser.add_argument("--max-shard-bytes", type=parse_size, default=256 * MIB)
     parser.add_argument("--writers", default=",".join(WRITERS), help=f"comma list of {WRITERS}")
     parser.add_argument("--cases", default="small,large")

@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceWriter
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
 from pyspark.sql.types import StructType
 
 from .options import WriteOptions
 
 
 class WebDatasetDataSource(DataSource):
-    """`df.write.format("webdataset").save(uri)`: see DESIGN.md, "The writer"."""
+    """`df.write.format("webdataset").save(uri)` and `spark.read.format("webdataset").load(uri)`.
+
+    See DESIGN.md, "The writer" and "The reader".
+    """
 
     application_id: str | None = None
 
     @classmethod
     def name(cls) -> str:
         return "webdataset"
+
+    def schema(self) -> StructType:
+        from .reader import ReadOptions, default_schema
+
+        return default_schema(ReadOptions.parse(self.options).path)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from .reader import ReadOptions, WebDatasetReader
+
+        return WebDatasetReader(ReadOptions.parse(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .writer import WebDatasetWriter

@@ -1,0 +1,213 @@
+"""The `webdataset` reader: one partition per shard, Arrow batches out.
+
+`load()` takes a version directory (its manifest lists the shards), a
+dataset root (its LATEST published version) or a shard pattern (brace
+ranges and globs). Rows are `__key__`, `__url__`, then one column per
+field: binary unless the user's schema asks for another type. Fields the
+schema leaves out are skipped in the tar, never read into Python.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+from ..format.manifest import MANIFEST_NAME, Manifest
+from ..format.names import KEY_COLUMN, WebDatasetError
+from ..storage import storage_for
+
+log = logging.getLogger(__name__)
+URL_COLUMN = "__url__"
+BATCH_ROWS = 1024
+BATCH_BYTES = 32 * 1024 * 1024
+INFER_SAMPLES = 1000
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    path: str
+    skip_bad_shards: bool = False
+    bad_shards_dir: str | None = None
+
+    @classmethod
+    def parse(cls, options) -> "ReadOptions":
+        lowered = {str(k).lower(): v for k, v in options.items()}
+        known = {"path", "paths", "skipbadshards", "badshardsdir"}
+        unknown = sorted(set(lowered) - known)
+        if unknown:
+            raise WebDatasetError(
+                f"unknown read option(s) {', '.join(unknown)} for format webdataset (known: skipBadShards, badShardsDir)"
+            )
+        path = lowered.get("path")
+        if not path:
+            raise WebDatasetError("no path: call .load(uri) with a version directory, dataset root or shard pattern")
+        skip = str(lowered.get("skipbadshards", "false")).lower()
+        if skip not in ("true", "false"):
+            raise WebDatasetError(f"option skipBadShards={skip!r} must be true or false")
+        return cls(path=path, skip_bad_shards=skip == "true", bad_shards_dir=lowered.get("badshardsdir"))
+
+
+def _expand_braces(pattern: str) -> list[str]:
+    from braceexpand import braceexpand
+
+    return list(braceexpand(pattern))
+
+
+def _match(pattern: str) -> list[str]:
+    """Shards matching a glob pattern (one directory level of wildcards)."""
+    storage = storage_for(pattern)
+    directory, name = pattern.rsplit("/", 1) if "/" in pattern else (".", pattern)
+    return [storage.join(directory, n) for n in sorted(storage.list_sizes(directory)) if fnmatch.fnmatch(n, name)]
+
+
+def resolve(uri: str) -> tuple[list[str], Manifest | None]:
+    """The shard URLs `uri` names, and the manifest that lists them if there is one."""
+    storage = storage_for(uri)
+    base = uri.rstrip("/")
+    if not any(c in base for c in "*?[{"):
+        latest = storage.join(base, "LATEST")
+        if storage.exists(latest):
+            version = storage.read_bytes(latest).decode().strip()
+            base = storage.join(base, "versions", version)
+        manifest_path = storage.join(base, MANIFEST_NAME)
+        if storage.exists(manifest_path):
+            manifest = Manifest.from_json(storage.read_bytes(manifest_path))
+            return [storage.join(base, shard.name) for shard in manifest.shards], manifest
+        if base.endswith(".tar") and storage.exists(base):
+            return [base], None
+        names = sorted(n for n in storage.list_sizes(base) if n.endswith(".tar"))
+        if not names:
+            raise WebDatasetError(f"{uri}: no manifest, LATEST or .tar shards there")
+        return [storage.join(base, n) for n in names], None
+    urls: list[str] = []
+    for pattern in _expand_braces(base):
+        if any(c in pattern for c in "*?["):
+            urls += _match(pattern)
+        elif storage.exists(pattern):
+            urls.append(pattern)
+        else:
+            raise WebDatasetError(f"shard {pattern} (from pattern {uri}) does not exist")
+    if not urls:
+        raise WebDatasetError(f"{uri}: the pattern matches no shard")
+    return urls, None
+
+
+def infer_fields(url: str) -> list[str]:
+    """Fields seen in the first samples of a shard, in first-seen order."""
+    from ..format.sample_reader import iter_samples
+
+    storage = storage_for(url)
+    fields: dict[str, None] = {}
+    with storage.open_read(url) as stream:
+        for count, sample in enumerate(iter_samples(stream, fields=set())):
+            fields.update(dict.fromkeys(sample.fields))
+            if count >= INFER_SAMPLES:
+                break
+    return list(fields)
+
+
+def default_schema(uri: str) -> StructType:
+    urls, manifest = resolve(uri)
+    names = [f["name"] for f in manifest.fields] if manifest else infer_fields(urls[0])
+    return StructType(
+        [StructField(KEY_COLUMN, StringType(), False), StructField(URL_COLUMN, StringType(), False)]
+        + [StructField(name, BinaryType(), True) for name in names]
+    )
+
+
+@dataclass
+class ShardPartition(InputPartition):
+    url: str
+    index: int
+
+
+class WebDatasetReader(DataSourceReader):
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        names = [f.name for f in schema.fields]
+        if KEY_COLUMN not in names:
+            raise WebDatasetError(f"the read schema must hold {KEY_COLUMN!r} (a string)")
+        self.fields = [f.name for f in schema.fields if f.name not in (KEY_COLUMN, URL_COLUMN)]
+        self.urls, _ = resolve(options.path)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [ShardPartition(url, index) for index, url in enumerate(self.urls)]
+
+    def read(self, partition: ShardPartition) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
+        from ..format.sample_reader import TarFormatError
+
+        try:
+            if self.options.skip_bad_shards:
+                _check_structure(partition.url)
+            yield from self._batches(partition.url)
+        except TarFormatError as error:
+            error.in_shard(partition.url)
+            if not self.options.skip_bad_shards:
+                raise WebDatasetError(f"bad shard: {error}") from None
+            self._record_bad_shard(partition, error)
+
+    def _batches(self, url: str) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from ..format.decode import decode_column
+        from ..format.sample_reader import iter_samples
+
+        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+        wanted = set(self.fields)
+        storage = storage_for(url)
+        keys: list[str] = []
+        columns: dict[str, list] = {name: [] for name in self.fields}
+        size = 0
+
+        def flush() -> pa.RecordBatch:
+            arrays = []
+            for field in arrow_schema:
+                if field.name == KEY_COLUMN:
+                    arrays.append(pa.array(keys, field.type))
+                elif field.name == URL_COLUMN:
+                    arrays.append(pa.array([url] * len(keys), field.type))
+                else:
+                    arrays.append(decode_column(columns[field.name], field.type, field.name, keys))
+            return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+        with storage.open_read(url) as stream:
+            for sample in iter_samples(stream, fields=wanted):
+                keys.append(sample.key)
+                for name in self.fields:
+                    value = sample.fields.get(name)
+                    columns[name].append(value)
+                    size += len(value) if value else 0
+                if len(keys) >= BATCH_ROWS or size >= BATCH_BYTES:
+                    yield flush()
+                    keys, columns, size = [], {name: [] for name in self.fields}, 0
+        if keys:
+            yield flush()
+
+    def _record_bad_shard(self, partition: ShardPartition, error: Exception) -> None:
+        import json
+        import sys
+
+        print(f"webdataset: skipped bad shard {partition.url}: {error}", file=sys.stderr, flush=True)
+        if self.options.bad_shards_dir:
+            os.makedirs(self.options.bad_shards_dir, exist_ok=True)
+            record = os.path.join(self.options.bad_shards_dir, f"{partition.index:06d}.json")
+            with open(record, "w") as out:
+                json.dump({"shard": partition.url, "error": str(error)}, out)
+
+
+def _check_structure(url: str) -> None:
+    """One pass over the headers (payloads skipped): a shard we would skip fails here, before any row."""
+    from ..format.sample_reader import iter_samples
+
+    storage = storage_for(url)
+    with storage.open_read(url) as stream:
+        for _ in iter_samples(stream, fields=set()):
+            pass
