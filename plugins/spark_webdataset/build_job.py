@@ -159,7 +159,7 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
     if is_published(args.output, args.version) and args.skip_if_published:
         manifest = Manifest.from_json(storage.read_bytes(manifest_path))
         print(f"build_webdataset: version {args.version!r} is published already; nothing to write", flush=True)
-        return _summary(args.version, target, manifest, 0.0, skipped=True)
+        return version_summary(args.version, target, manifest, 0.0, skipped=True)
     if is_published(args.output, args.version):
         raise WebDatasetError(
             f"version {args.version!r} of {args.output} is published and immutable; "
@@ -201,10 +201,10 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
         raise WebDatasetError(
             f"{rows} source rows but {manifest.samples - before} new samples in {target}: rows were lost"
         )
-    return _summary(args.version, target, manifest, seconds)
+    return version_summary(args.version, target, manifest, seconds)
 
 
-def _summary(version: str, target: str, manifest: Manifest, seconds: float, skipped: bool = False) -> dict:
+def version_summary(version: str, target: str, manifest: Manifest, seconds: float, skipped: bool = False) -> dict:
     return {
         "version": version,
         "uri": target,
@@ -248,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"build_webdataset: error: {error}", file=sys.stderr, flush=True)
         return 2
     except Exception as error:  # noqa: BLE001 - Spark wraps task errors; show the cause
-        cause = _input_error(error)
+        cause = input_error(error)
         print(f"build_webdataset: error: {cause or error}", file=sys.stderr, flush=True)
         return 2 if cause else 1
     finally:
@@ -260,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _input_error(error: BaseException) -> str | None:
+def input_error(error: BaseException) -> str | None:
     """The WebDatasetError message inside a Spark task failure, if there is one."""
     text = str(error)
     marker = "WebDatasetError: "
