@@ -35,7 +35,8 @@ def airflow_db() -> str:
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(gcs_emulator):
+    """Started after the emulator: Spark's Python workers inherit STORAGE_EMULATOR_HOST from the JVM."""
     from pyspark.sql import SparkSession
 
     import spark_webdataset
@@ -64,3 +65,27 @@ def digits_source(tmp_path_factory) -> str:
     directory = tmp_path_factory.mktemp("digits")
     write_digits_source(str(directory), files=8)
     return str(directory)
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator():
+    """A real GCS API (fake-gcs-server) on 127.0.0.1 for the whole session; clients find it by env."""
+    from gcs_emulator import Emulator
+
+    emulator = Emulator()
+    previous = os.environ.get("STORAGE_EMULATOR_HOST")
+    os.environ["STORAGE_EMULATOR_HOST"] = emulator.url
+    yield emulator
+    emulator.stop()
+    if previous is None:
+        os.environ.pop("STORAGE_EMULATOR_HOST", None)
+
+
+@pytest.fixture
+def bucket(gcs_emulator, request) -> str:
+    """A fresh bucket per test: gs://<name>."""
+    import re
+
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:50].strip("-") + f"-{os.getpid()}"
+    gcs_emulator.create_bucket(name)
+    return f"gs://{name}"

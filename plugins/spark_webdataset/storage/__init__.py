@@ -13,9 +13,11 @@ from .local import LocalStorage
 def storage_for(uri: str) -> Storage:
     """The backend for `uri` (a local path, file://, or gs://)."""
     if uri.startswith("gs://"):
-        raise StorageError(
-            f"{uri}: gs:// storage is not available in this build yet; write to a local path"
-        )
+        from .gcs import GCSStorage
+
+        return GCSStorage()
+    if "://" in uri and not uri.startswith("file://"):
+        raise StorageError(f"{uri}: unsupported scheme (use a local path, file:// or gs://)")
     return LocalStorage()
 
 

@@ -1,0 +1,173 @@
+"""Google Cloud Storage (`gs://bucket/path`) with google-cloud-storage.
+
+Shards stream out through resumable uploads (memory: one chunk, never a
+whole shard) and stream in through ranged reads (a seek skips payloads
+without downloading them). Create-only puts and compare-and-swap use
+generation preconditions; a 412 on a retried request is settled by
+reading the object back, so a lost response never fails a write that
+in fact landed. Credentials are Application Default Credentials, or
+none with STORAGE_EMULATOR_HOST; nothing secret is ever logged.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import BinaryIO
+
+from .base import PreconditionFailed, Storage, StorageError
+
+UPLOAD_CHUNK_BYTES = 16 * 1024 * 1024  # resumable upload chunk: the writer's memory per shard
+READ_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+def split(uri: str) -> tuple[str, str]:
+    if not uri.startswith("gs://"):
+        raise StorageError(f"{uri}: not a gs:// URI")
+    bucket, _, name = uri[len("gs://") :].partition("/")
+    if not bucket:
+        raise StorageError(f"{uri}: no bucket")
+    return bucket, name
+
+
+@functools.lru_cache(maxsize=None)
+def _client_for_process(pid: int):
+    from google.cloud import storage
+
+    project = os.environ.get("GOOGLE_CLOUD_PROJECT")
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        from google.auth.credentials import AnonymousCredentials
+
+        return storage.Client(project=project or "emulator", credentials=AnonymousCredentials())
+    return storage.Client(project=project)
+
+
+def client():
+    """One client per process (clients do not survive fork)."""
+    return _client_for_process(os.getpid())
+
+
+def _retry():
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    # 408, 429, 5xx and connection errors, exponential backoff, bounded in time.
+    return DEFAULT_RETRY.with_timeout(300.0)
+
+
+def _is_precondition_failure(error: Exception) -> bool:
+    from google.api_core import exceptions
+
+    return isinstance(error, exceptions.PreconditionFailed)
+
+
+class GCSStorage(Storage):
+    def join(self, base: str, *parts: str) -> str:
+        return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
+
+    def _blob(self, path: str):
+        bucket, name = split(path)
+        return client().bucket(bucket).blob(name)
+
+    def open_write(self, path: str) -> BinaryIO:
+        blob = self._blob(path)
+        blob.chunk_size = UPLOAD_CHUNK_BYTES
+        return blob.open("wb", ignore_flush=True, retry=_retry())
+
+    def open_read(self, path: str) -> BinaryIO:
+        from google.api_core import exceptions
+
+        blob = self._blob(path)
+        try:
+            blob.reload(retry=_retry())
+        except exceptions.NotFound:
+            raise StorageError(f"{path}: no such object") from None
+        return blob.open("rb", chunk_size=READ_CHUNK_BYTES, retry=_retry())
+
+    def exists(self, path: str) -> bool:
+        return self._blob(path).exists(retry=_retry())
+
+    def _list(self, directory: str):
+        bucket, prefix = split(directory)
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        return client().list_blobs(bucket, prefix=prefix, delimiter="/", retry=_retry()), prefix
+
+    def list_sizes(self, directory: str) -> dict[str, int]:
+        blobs, prefix = self._list(directory)
+        return {blob.name[len(prefix) :]: blob.size for blob in blobs if blob.name != prefix}
+
+    def list_dirs(self, directory: str) -> list[str]:
+        blobs, prefix = self._list(directory)
+        for _ in blobs:  # prefixes are filled in as pages are read
+            pass
+        return sorted(p[len(prefix) :].rstrip("/") for p in blobs.prefixes)
+
+    def delete(self, path: str) -> None:
+        from google.api_core import exceptions
+
+        try:
+            self._blob(path).delete(retry=_retry())
+        except exceptions.NotFound:
+            pass
+
+    def delete_tree(self, directory: str) -> None:
+        from google.api_core import exceptions
+
+        bucket, prefix = split(directory)
+        prefix = prefix.rstrip("/") + "/"
+        for blob in client().list_blobs(bucket, prefix=prefix, retry=_retry()):
+            try:
+                blob.delete(retry=_retry())
+            except exceptions.NotFound:
+                pass
+
+    def rename(self, source: str, target: str) -> None:
+        """Server-side rewrite, checked against the source's size and crc32c, then delete."""
+        source_blob = self._blob(source)
+        source_blob.reload(retry=_retry())
+        target_blob = self._blob(target)
+        token, _, _ = target_blob.rewrite(source_blob, retry=_retry())
+        while token is not None:
+            token, _, _ = target_blob.rewrite(source_blob, token=token, retry=_retry())
+        target_blob.reload(retry=_retry())
+        if (target_blob.size, target_blob.crc32c) != (source_blob.size, source_blob.crc32c):
+            raise StorageError(
+                f"{target}: copy of {source} does not match it (size {target_blob.size} vs {source_blob.size}, "
+                f"crc32c {target_blob.crc32c} vs {source_blob.crc32c})"
+            )
+        self.delete(source)
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        self._blob(path).upload_from_string(data, retry=_retry(), checksum="crc32c")
+
+    def _conditional_put(self, path: str, data: bytes, generation: int) -> bool:
+        """Upload if the object's generation is `generation` (0: absent); settle 412s by reading back."""
+        blob = self._blob(path)
+        try:
+            blob.upload_from_string(data, if_generation_match=generation, retry=_retry(), checksum="crc32c")
+            return True
+        except Exception as error:  # noqa: BLE001 - only 412 is handled here
+            if not _is_precondition_failure(error):
+                raise
+        current, _ = self.read_versioned(path)
+        # A retried request whose first attempt landed sees its own write.
+        return current == data
+
+    def create_only(self, path: str, data: bytes) -> None:
+        if not self._conditional_put(path, data, 0):
+            raise PreconditionFailed(f"{path} exists already")
+
+    def read_versioned(self, path: str) -> tuple[bytes | None, object]:
+        from google.api_core import exceptions
+
+        blob = self._blob(path)
+        try:
+            blob.reload(retry=_retry())
+            data = blob.download_as_bytes(if_generation_match=blob.generation, retry=_retry())
+        except exceptions.NotFound:
+            return None, 0
+        except exceptions.PreconditionFailed:
+            return self.read_versioned(path)  # changed between reload and download
+        return data, blob.generation
+
+    def replace_if(self, path: str, data: bytes, token: object) -> bool:
+        return self._conditional_put(path, data, int(token or 0))
