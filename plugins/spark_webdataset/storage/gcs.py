@@ -31,11 +31,11 @@ def split(uri: str) -> tuple[str, str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _client_for_process(pid: int):
+def _client_for_process(pid: int, emulator: str | None):
     from google.cloud import storage
 
     project = os.environ.get("GOOGLE_CLOUD_PROJECT")
-    if os.environ.get("STORAGE_EMULATOR_HOST"):
+    if emulator:
         from google.auth.credentials import AnonymousCredentials
 
         return storage.Client(project=project or "emulator", credentials=AnonymousCredentials())
@@ -43,8 +43,8 @@ def _client_for_process(pid: int):
 
 
 def client():
-    """One client per process (clients do not survive fork)."""
-    return _client_for_process(os.getpid())
+    """One client per process (clients do not survive fork) and endpoint."""
+    return _client_for_process(os.getpid(), os.environ.get("STORAGE_EMULATOR_HOST"))
 
 
 def _retry():

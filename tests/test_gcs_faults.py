@@ -1,0 +1,114 @@
+"""gs:// under faults: 503s, resets and lost responses; killed writers leave nothing final."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fault_proxy import FaultPlan, FaultProxy
+from spark_webdataset.pipeline import publish_step, validate_step
+from spark_webdataset.storage import storage_for
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+
+
+def spark_submit(args: list[str], emulator_url: str, wait: bool = True):
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": emulator_url}
+    command = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2,4]",
+               str(REPO / "jobs" / "build_webdataset.py"), *args]  # fmt: skip
+    if not wait:
+        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+
+
+def job_args(source: str, root: str, version: str) -> list[str]:
+    return ["--source", source, "--output", root, "--version", version, "--key", "format_string('%05d', id)",
+            "--field", "png=image", "--field", "cls=label", "--field", "json=meta", "--max-shard-bytes", "256KiB"]  # fmt: skip
+
+
+def run_pipeline(source: str, root: str, version: str, endpoint: str, monkeypatch) -> dict:
+    done = spark_submit(job_args(source, root, version), endpoint)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)
+    validate_step(root, version, f"{root}/versions/{version}")
+    return publish_step(root, version)
+
+
+def version_bytes(root: str, version: str) -> dict[str, bytes]:
+    storage = storage_for(root)
+    directory = f"{root}/versions/{version}"
+    files = {name: storage.read_bytes(f"{directory}/{name}") for name in storage.list_sizes(directory)}
+    for name in ("_manifest.json", "_validation.json", "shardindex.json"):
+        document = json.loads(files.pop(name))
+        document.pop("run", None)
+        document.pop("name", None)
+        document.pop("version", None)  # the version URI: clean/ vs faulty/
+        document.get("source", {}).pop("spark_application_id", None)
+        files[name] = json.dumps(document, sort_keys=True).encode()
+    return files
+
+
+def test_pipeline_completes_through_faults_with_identical_output(bucket, gcs_emulator, digits_source, monkeypatch) -> None:
+    clean = run_pipeline(digits_source, f"{bucket}/clean", "v", gcs_emulator.url, monkeypatch)
+    plan = FaultPlan(rate=0.1, max_faults=15, seconds=300, seed=5)
+    proxy = FaultProxy(gcs_emulator.url, plan)
+    try:
+        faulty = run_pipeline(digits_source, f"{bucket}/faulty", "v", proxy.url, monkeypatch)
+    finally:
+        proxy.stop()
+    print(f"requests {plan.requests}, faults injected {plan.injected}")
+    assert all(count > 0 for count in plan.injected.values()), plan.injected
+    assert faulty["samples"] == clean["samples"] == 1797
+    assert version_bytes(f"{bucket}/faulty", "v") == version_bytes(f"{bucket}/clean", "v")
+
+
+def test_writer_killed_mid_upload_leaves_nothing_under_a_final_name(bucket, gcs_emulator, tmp_path) -> None:
+    from test_dag_runs import big_source
+
+    source = big_source(tmp_path / "source", rows=4000)
+    root = f"{bucket}/killed"
+    storage = storage_for(root)
+    args = ["--source", source, "--output", root, "--version", "v", "--key", "format_string('%06d', id)",
+            "--field", "bin=image", "--max-shard-bytes", "32MiB"]  # fmt: skip
+    job = spark_submit(args, gcs_emulator.url, wait=False)
+    deadline = time.monotonic() + 240
+    try:
+        while not any(b.name.endswith(".tar") for b in storage_client_blobs(root)):
+            assert job.poll() is None, "the job ended before it was killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    names = [b.name for b in storage_client_blobs(root)]
+    assert names and all("/_staging/" in name for name in names), names
+    assert not storage.exists(f"{root}/versions/v/_manifest.json")
+
+
+def storage_client_blobs(root: str):
+    from spark_webdataset.storage.gcs import client, split
+
+    bucket, prefix = split(root)
+    return list(client().list_blobs(bucket, prefix=prefix))
+
+
+def test_retried_task_on_gcs_keeps_exactly_the_samples(spark, bucket) -> None:
+    target = f"{bucket}/retry/versions/v"
+    frame = spark.range(0, 300, numPartitions=3).selectExpr("format_string('k%04d', id) AS __key__", "id AS cls")
+    frame.write.format("webdataset").option("maxSamplesPerShard", 50).option("_testFault", "exit:1").mode(
+        "overwrite"
+    ).save(target)
+    storage = storage_for(target)
+    names = sorted(storage.list_sizes(target))
+    assert names == ["_manifest.json"] + [f"shard-{i:06d}.tar" for i in range(6)]
+    assert storage.list_dirs(target) == []
+    keys = sorted(r["__key__"] for r in spark.read.format("webdataset").load(target).collect())
+    assert keys == [f"k{i:04d}" for i in range(300)]
