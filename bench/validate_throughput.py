@@ -28,6 +28,9 @@ speed. The best (shortest) of the repeats is reported; all times are in the JSON
 MB = 10^6 bytes of shard files. "ratio" = validate MB/s / limit MB/s at the same number
 of processes (the issue's target: >= 0.80 per core).
 
+The machine is shared: the 1-minute load average before and after each case is printed
+and stored; with a load above the core count the N=2 rows mostly measure the neighbours.
+
 With `--profile` (on by default) verify_shard on one small-sample shard runs under cProfile
 and the top functions by own time are printed and stored. Results go to
 bench/results/validate_throughput.json.
@@ -51,7 +54,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "plugins"))
+# --plugins DIR measures another copy of the package (e.g. a proposed change) with this script.
+PLUGINS = sys.argv[sys.argv.index("--plugins") + 1] if "--plugins" in sys.argv[:-1] else str(REPO / "plugins")
+sys.path.insert(0, PLUGINS)
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
@@ -243,6 +248,7 @@ def main() -> None:
     parser.add_argument("--workdir", default="/tmp/wds-validate-bench")
     parser.add_argument("--keep", action="store_true", help="keep the built versions")
     parser.add_argument("--no-profile", dest="profile", action="store_false")
+    parser.add_argument("--plugins", default=PLUGINS, help="the spark_webdataset package's parent dir")
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "validate_throughput.json"))
     args = parser.parse_args()
     if args.quick:
@@ -262,6 +268,7 @@ def main() -> None:
         "platform": platform.platform(),
         "repeats": args.repeats,
         "quick": args.quick,
+        "plugins": PLUGINS,
         "page_cache": "warm: every variant ran once unmeasured before timing; shards are cached for all",
         "cases": {},
     }
@@ -273,7 +280,10 @@ def main() -> None:
             built = build_version(workdir / case, samples, payload, args.shards)
             shard_bytes = os.path.getsize(shard_paths(built["uri"])[0])
             print(f"[{case}] {built['bytes'] / MB:.0f} MB in {built['build_seconds']} s; measuring ...", flush=True)
+            load_before = os.getloadavg()[0]
             times = measure(built["uri"], workers, args.repeats)
+            load_after = os.getloadavg()[0]
+            print(f"[{case}] load average {load_before:.1f} before, {load_after:.1f} after ({os.cpu_count()} cpus)")
             best = {name: min(ts) for name, ts in times.items()}
 
             def rate(name: str) -> float:
@@ -300,6 +310,7 @@ def main() -> None:
                 "samples_per_shard": built["samples"] // built["shards"],
                 "members_per_sample": 2,
                 "times_s": times,
+                "load_average_1m": [load_before, load_after],
                 "rows": case_rows,
             }
             if args.profile and case == "small":
@@ -309,7 +320,8 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    print("\nValidation throughput (MB = 10^6 B of shard files; best of %d after one warm-up run;" % args.repeats)
+    print(f"\nspark_webdataset from {PLUGINS}")
+    print("Validation throughput (MB = 10^6 B of shard files; best of %d after one warm-up run;" % args.repeats)
     print("shards in page cache for every variant, so this is CPU cost, not disk speed)\n")
     header = f"{'case':<6} {'processes':<36} {'validate MB/s':>13} {'limit MB/s':>11} {'ratio':>6} {'target':>7}"
     print(header)
