@@ -51,6 +51,7 @@ def version_bytes(root: str, version: str) -> dict[str, bytes]:
         document.pop("run", None)
         document.pop("name", None)
         document.pop("version", None)  # the version URI: clean/ vs faulty/
+        document.pop("manifest_sha256", None)  # covers the manifest's run section
         document.get("source", {}).pop("spark_application_id", None)
         files[name] = json.dumps(document, sort_keys=True).encode()
     return files
