@@ -23,14 +23,19 @@ from typing import Iterator, Sequence
 
 from tqdm import tqdm
 
-from .format.keys import first_duplicate
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .format.keys import first_duplicate_blocks
 from .format.manifest import MANIFEST_NAME, Manifest
-from .format.verify import verify_shard
+from .format.verify import check_shard
 from .storage import storage_for
 
 VALIDATION_NAME = "_validation.json"
 VALIDATION_KIND = "spark-webdataset-validation-v1"
 MAX_REPORTED_ERRORS = 100
+RUN_SCHEMA = pa.schema([("key", pa.large_string())])
+RUN_BLOCK_KEYS = 1 << 16
 # Files in a version directory that are not shards.
 METADATA_FILES = {MANIFEST_NAME, VALIDATION_NAME, "shardindex.json"}
 
@@ -97,26 +102,28 @@ class ValidationReport:
 
 
 def _check_shard(task: tuple[str, str, dict | None, list[str], str | None]) -> dict:
-    """One shard, in a worker process; sorted keys go to `keys_path` as one key per JSON line."""
+    """One shard, in a worker process; its sorted keys go to `keys_path` as an Arrow stream."""
     uri, name, expected, required, keys_path = task
     storage = storage_for(uri)
-    with storage.open_read(storage.join(uri, name)) as stream:
-        report = verify_shard(name, stream, expected, required)
+    path = storage.join(uri, name)
+    report = check_shard(name, lambda: storage.open_read(path), expected, required)
     result = report.summary()
     result["error_list"] = report.errors
     if keys_path is not None:
-        with open(keys_path, "w", encoding="utf-8") as out:
-            for key in sorted(report.keys):
-                out.write(json.dumps(key) + "\n")
+        keys = pa.array(report.keys, pa.large_string())
+        keys = keys.take(pc.sort_indices(keys))
+        with pa.OSFile(keys_path, "wb") as sink, pa.ipc.new_stream(sink, RUN_SCHEMA) as writer:
+            for start in range(0, len(keys), RUN_BLOCK_KEYS):
+                writer.write_batch(pa.record_batch([keys.slice(start, RUN_BLOCK_KEYS)], schema=RUN_SCHEMA))
     else:
         result["keys"] = report.keys
     return result
 
 
-def _read_run(path: str) -> Iterator[str]:
-    with open(path, encoding="utf-8") as stream:
-        for line in stream:
-            yield json.loads(line)
+def _read_run(path: str) -> Iterator[pa.Array]:
+    with pa.memory_map(path) as source:
+        for batch in pa.ipc.open_stream(source):
+            yield batch.column(0)
 
 
 def _tasks(uri: str, manifest: Manifest, present: dict[str, int], required: Sequence[str], report: ValidationReport):
@@ -203,7 +210,7 @@ def _check_with_pool(uri, tasks, required, workers, progress):
                     bar.update(1)
         bar.close()
         duplicates = []
-        found = first_duplicate(_read_run(run) for run in runs)
+        found = first_duplicate_blocks(_read_run(run) for run in runs)
         if found:
             key, first, second = found
             duplicates.append((key, [names[first], names[second]]))

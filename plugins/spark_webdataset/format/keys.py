@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 from typing import Iterable, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -47,6 +48,53 @@ def first_duplicate(runs: Iterable[Iterable[str]]) -> tuple[str, int, int] | Non
         if previous is not None and key == previous[0]:
             return key, previous[1], number
         previous = (key, number)
+    return None
+
+
+def first_duplicate_blocks(runs: Iterable[Iterable[pa.Array]]) -> tuple[str, int, int] | None:
+    """`first_duplicate` over runs of sorted, duplicate-free Arrow blocks, a batch at a time.
+
+    Each round takes from every run the keys up to the smallest of the runs'
+    current block maxima (no later key of any run can sort before them),
+    sorts them together (stable, so run order breaks ties) and compares
+    neighbours: Arrow's kernels instead of a heap step per key, and still
+    one block per run in memory.
+    """
+    iterators = [iter(run) for run in runs]
+    heads: list[pa.Array | None] = [_next_block(it) for it in iterators]
+    previous: tuple[str, int] | None = None
+    while True:
+        alive = [number for number, head in enumerate(heads) if head is not None]
+        if not alive:
+            return None
+        bound = min(heads[n][len(heads[n]) - 1].as_py() for n in alive)  # type: ignore[index]
+        parts, owners = [], []
+        for number in alive:
+            head = heads[number]
+            assert head is not None
+            cut = int(pc.sum(pc.less_equal(head, bound)).as_py() or 0)
+            if cut:
+                parts.append(head.slice(0, cut))
+                owners.append(np.full(cut, number, dtype=np.int64))
+            heads[number] = head.slice(cut) if cut < len(head) else _next_block(iterators[number])
+        merged = pa.concat_arrays(parts)
+        order = pc.sort_indices(merged)
+        keys = merged.take(order)
+        runs_of = np.concatenate(owners)[order.to_numpy()]
+        if previous is not None and keys[0].as_py() == previous[0]:
+            return previous[0], previous[1], int(runs_of[0])
+        if len(keys) > 1:
+            same = pc.equal(keys.slice(1), keys.slice(0, len(keys) - 1))
+            if pc.any(same).as_py():
+                at = pc.index(same, True).as_py()
+                return keys[at].as_py(), int(runs_of[at]), int(runs_of[at + 1])
+        previous = (keys[len(keys) - 1].as_py(), int(runs_of[-1]))
+
+
+def _next_block(blocks: Iterator[pa.Array]) -> pa.Array | None:
+    for block in blocks:
+        if len(block):
+            return block
     return None
 
 
