@@ -58,6 +58,12 @@ def test_dag_run_publishes_a_version_wids_can_read(build_dag, digits_source, tmp
     assert sample[".png"].read().startswith(b"\x89PNG")
     shards = json.loads(index.read_text())["shardlist"]
     assert sum(s["nsamples"] for s in shards) == 1797
+    # what the example consumer DAG does with the publish task's Asset event
+    from spark_webdataset.consumer import read_published
+
+    published = dag_run.get_task_instance("publish").xcom_pull(task_ids="publish")
+    extra = {key: published[key] for key in ("version", "uri", "samples", "shards", "bytes")}
+    assert read_published({**extra, "index": published["index_uri"]}) == {"version": latest, "samples": 1797}
 
 
 def test_backfill_of_three_dates_and_rerun_of_an_old_one(build_dag, digits_source, tmp_path) -> None:

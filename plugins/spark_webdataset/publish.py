@@ -12,6 +12,7 @@ import datetime
 import hashlib
 import json
 import re
+import uuid
 from dataclasses import dataclass
 
 from .format.manifest import MANIFEST_NAME, Manifest
@@ -107,6 +108,9 @@ def publish(root: str, version: str) -> PublishResult:
         "shards": len(manifest.shards),
         "bytes": manifest.bytes,
         "published_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        # unique per attempt: a 412 whose read-back shows our own record is a
+        # retry that landed; someone else's record means we lost the race
+        "publish_id": uuid.uuid4().hex,
     }
     try:
         storage.create_only(record_path, (json.dumps(record, indent=1) + "\n").encode())
