@@ -155,35 +155,41 @@ class ShardWriter:
 
     # -- batch assembly ---------------------------------------------------
 
-    def _names(self, keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """(n, 100) NUL-padded key bytes and the key lengths."""
+    def _names(self, keys: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(n, 100) NUL-padded key bytes, the key lengths and the keys' byte sums."""
         offsets, data = _binary_parts(keys.cast(pa.large_binary()))
         lengths = np.diff(offsets)
         names = np.zeros((len(keys), USTAR_NAME_BYTES), dtype=np.uint8)
         rows = np.repeat(np.arange(len(keys)), lengths)
         cols = np.arange(offsets[-1] - offsets[0]) - np.repeat(offsets[:-1] - offsets[0], lengths)
-        names[rows, cols] = data[offsets[0] : offsets[-1]]
-        return names, lengths
+        key_bytes = data[offsets[0] : offsets[-1]]
+        names[rows, cols] = key_bytes
+        running = np.zeros(len(key_bytes) + 1, dtype=np.int64)
+        np.cumsum(key_bytes, out=running[1:])
+        relative = offsets - offsets[0]
+        return names, lengths, running[relative[1:]] - running[relative[:-1]]
 
-    def _headers(self, names: np.ndarray, key_lengths: np.ndarray, field: int, sizes: np.ndarray) -> np.ndarray:
+    def _headers(
+        self, names: np.ndarray, key_lengths: np.ndarray, key_sums: np.ndarray, field: int, sizes: np.ndarray
+    ) -> np.ndarray:
         suffix = self._suffixes[field]
         field_names = names.copy()
         rows = np.arange(len(key_lengths))
         for position, byte in enumerate(suffix):
             field_names[rows, key_lengths + position] = byte
-        return ustar.build_headers(self._template, field_names, sizes)
+        return ustar.build_headers(self._template, field_names, sizes, key_sums + sum(suffix))
 
     def _fast_batch(self, keys: pa.Array, columns: Sequence[pa.Array]):
         """Sample sizes and an emitter for the vectorized path."""
         count = len(keys)
-        names, key_lengths = self._names(keys)
+        names, key_lengths, key_sums = self._names(keys)
         member_sizes = []
         headers = []
         for index, column in enumerate(columns):
             sizes = pc.fill_null(pc.binary_length(column), 0).to_numpy(zero_copy_only=False).astype(np.int64)
             present = column.is_valid().to_numpy(zero_copy_only=False)
             member_sizes.append(np.where(present, ustar.BLOCK + sizes + (-sizes % ustar.BLOCK), 0))
-            headers.append((self._headers(names, key_lengths, index, sizes), sizes))
+            headers.append((self._headers(names, key_lengths, key_sums, index, sizes), sizes))
         sample_sizes = np.sum(member_sizes, axis=0) if member_sizes else np.zeros(count, np.int64)
         members = sum(len(column) - column.null_count for column in columns)
         mean_member = sum(int(sizes.sum()) for _, sizes in headers) / max(1, members)

@@ -49,19 +49,28 @@ def header_template(mtime: int = 0, typeflag: bytes = b"0") -> np.ndarray:
     return np.frombuffer(bytes(header), dtype=np.uint8)
 
 
-def build_headers(template: np.ndarray, names: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+def build_headers(
+    template: np.ndarray, names: np.ndarray, sizes: np.ndarray, name_sums: np.ndarray | None = None
+) -> np.ndarray:
     """Headers for many members at once.
 
     `names` is an (n, 100) uint8 array of NUL-padded member names, `sizes`
-    an int64 array of payload sizes. Returns an (n, 512) uint8 array.
+    an int64 array of payload sizes. Returns an (n, 512) uint8 array. The
+    checksum is the template's constant part plus the name and size bytes
+    (`name_sums`, the byte sums of the names, if the caller has them), so
+    only those are summed, not all 512 bytes of every header.
     """
     count = len(sizes)
     headers = np.empty((count, BLOCK), dtype=np.uint8)
     headers[:] = template
     headers[:, :100] = names
-    headers[:, 124:135] = ((sizes[:, None] >> _SIZE_SHIFTS) & 7) + 48
+    digits = (((sizes[:, None] >> _SIZE_SHIFTS) & 7) + 48).astype(np.uint8)
+    headers[:, 124:135] = digits
     headers[:, 135] = 0
-    checksums = headers.sum(axis=1, dtype=np.int64)
+    if name_sums is None:
+        name_sums = names.sum(axis=1, dtype=np.int64)
+    constant = int(template.sum(dtype=np.int64)) - int(template[:100].sum()) - int(template[124:136].sum())
+    checksums = constant + name_sums + digits.sum(axis=1, dtype=np.int64)
     headers[:, 148:154] = ((checksums[:, None] >> _CHKSUM_SHIFTS) & 7) + 48
     headers[:, 154] = 0
     headers[:, 155] = 32
