@@ -23,8 +23,9 @@ run: env
 test: env
 	source scripts/airflow_env.sh && $(PY) -m pytest -ra $(PYTEST_ARGS)
 
-bench: env
-	$(PY) bench/write_throughput.py
+bench: env  # each prints a table and writes bench/results/<name>.json
+	source scripts/airflow_env.sh && for b in write_throughput validate_throughput read_throughput gcs_upload_throughput cluster_scaling; do \
+	  $(PY) bench/$$b.py || exit 1; done
 
 clean:
 	rm -rf data airflow_home spark-warehouse .pytest_cache
