@@ -23,7 +23,9 @@ class KeyRun:
         self._chunks: list[pa.Array] = []
 
     def add(self, keys: pa.Array) -> None:
-        self._chunks.append(keys.cast(pa.large_string()))
+        # A copy: a column of a batch read from Arrow IPC shares the whole
+        # batch's buffer, so keeping the slice would keep every batch alive.
+        self._chunks.append(pa.concat_arrays([keys.cast(pa.large_string())]))
 
     def sorted(self) -> pa.Array:
         """The keys in sorted order; raises if one key was given twice."""
