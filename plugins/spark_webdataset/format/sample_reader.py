@@ -95,6 +95,11 @@ def iter_members(
     offset = 0
     long_name: str | None = None
     member_offset: int | None = None
+    end: int | None = None
+    if stream.seekable():  # once, so skipping a payload is one relative seek
+        here = stream.tell()
+        end = stream.seek(0, 2)
+        stream.seek(here)
     while True:
         header = stream.read(BLOCK)
         if len(header) == 0:
@@ -142,7 +147,7 @@ def iter_members(
                 )
             data = body[:size]
         else:
-            skipped = _skip(stream, padded)
+            skipped = _skip(stream, padded, end)
             if skipped < padded:
                 raise TarFormatError(f"member {name!r} is truncated ({skipped} of {padded} bytes)", offset)
             data = None
@@ -152,10 +157,9 @@ def iter_members(
         member_offset = None
 
 
-def _skip(stream: BinaryIO, count: int) -> int:
-    if stream.seekable():
+def _skip(stream: BinaryIO, count: int, end: int | None) -> int:
+    if end is not None:
         here = stream.tell()
-        end = stream.seek(0, 2)
         stream.seek(min(here + count, end))
         return min(count, end - here)
     skipped = 0
