@@ -7,7 +7,8 @@ or a quick smoke run:
     .venv/bin/python bench/write_throughput.py --quick
 
 Per case one DataFrame (`__key__` string, `bin` binary of random bytes, `cls` int) is cached
-and counted, then written side by side, interleaved, `--repeats` times each by:
+and counted, then written side by side, interleaved, once untimed (warm-up) and `--repeats`
+times each by:
 
   webdataset   df.write.format("webdataset").option("maxShardBytes", ...).mode("overwrite").save(dir)
   parquet      df.write.option("compression", "none").mode("overwrite").parquet(dir)
@@ -16,7 +17,8 @@ and counted, then written side by side, interleaved, `--repeats` times each by:
   arrow-noop   a Python data source whose Arrow writer only iterates the batches (the floor
                any Arrow-based Python writer pays to get the rows out of Spark)
 
-The best (shortest) time of the repeats is reported; all times are in the JSON. MB = 10^6
+The best (shortest) time of the clean repeats is reported (a run during which other processes
+used over 10% of the CPUs is retried; this machine is shared); all times are in the JSON. MB = 10^6
 bytes. "payload MB/s" counts the `bin` column's bytes; "written MB/s" counts every byte the
 writer left in its output directory. A second part measures the peak RSS of the Python
 workers while the webdataset writer writes 1 GiB shards of 1 MiB samples (fresh
@@ -406,6 +408,7 @@ def spark_confs(spark: SparkSession) -> dict[str, str | None]:
 class WriterResult:
     times_s: list[float] = field(default_factory=list)  # clean runs (other CPU <= --max-other-cpu)
     all_times_s: list[float] = field(default_factory=list)  # every run, contended ones too
+    warmup_s: list[float] = field(default_factory=list)  # untimed warm-up runs, not in the results
     written_bytes: int = 0
     files: int = 0
     # max RSS of any live Python worker during the run; reused idle workers count too
@@ -436,12 +439,13 @@ def run_once(
     df: DataFrame,
     rows: int,
     result: "WriterResult",
+    wait: bool = True,
 ) -> float:
     """One timed write into a fresh directory; records time, other CPU and bytes in `result`."""
     directory = os.path.join(args.workdir, f"{name}-{writer}")
     shutil.rmtree(directory, ignore_errors=True)
     os.sync()  # earlier runs' dirty pages are not this run's cost
-    if args.quiet_wait:
+    if args.quiet_wait and wait:
         wait_for_quiet(args.quiet_wait)
     job = write_with(writer, df, directory, args.max_shard_bytes)
     with sampler:
@@ -476,6 +480,12 @@ def run_case(
     print(f"   cached {payload / MB:.0f} MB payload in {took:.1f} s: {cached}", flush=True)
     results = {writer: WriterResult() for writer in writers}
     sampler = WorkerRss()
+    for _ in range(args.warmup):  # untimed: worker start-up, imports, JIT
+        for writer in writers:
+            warm = WriterResult()
+            elapsed = run_once(args, sampler, name, writer, df, rows, warm, wait=False)
+            results[writer].warmup_s.append(elapsed)
+            print(f"   warm-up {writer:<11} {elapsed:7.2f} s", flush=True)
     for repeat in range(args.repeats):
         for writer in writers:
             result = results[writer]
@@ -725,6 +735,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=4, help="same for every writer (default 4)")
     parser.add_argument("--cores", type=int, default=2, help="local[N] (default 2)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per writer; the best is reported")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per writer before the timed ones")
     parser.add_argument("--max-shard-bytes", type=parse_size, default=256 * MIB)
     parser.add_argument("--writers", default=",".join(WRITERS), help=f"comma list of {WRITERS}")
     parser.add_argument("--cases", default="small,large")
