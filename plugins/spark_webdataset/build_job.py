@@ -239,20 +239,27 @@ def spark_session() -> "SparkSession":
     return builder.getOrCreate()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def run_job(name: str, job, args: argparse.Namespace) -> tuple[int, dict | None]:
+    """Run `job(spark, args)` in a SparkSession; exit code 2 for bad input (named), 1 otherwise."""
     spark = spark_session()
     try:
-        summary = build(spark, args)
+        return 0, job(spark, args)
     except (WebDatasetError, ValueError) as error:
-        print(f"build_webdataset: error: {error}", file=sys.stderr, flush=True)
-        return 2
+        print(f"{name}: error: {error}", file=sys.stderr, flush=True)
+        return 2, None
     except Exception as error:  # noqa: BLE001 - Spark wraps task errors; show the cause
         cause = input_error(error)
-        print(f"build_webdataset: error: {cause or error}", file=sys.stderr, flush=True)
-        return 2 if cause else 1
+        print(f"{name}: error: {cause or error}", file=sys.stderr, flush=True)
+        return (2 if cause else 1), None
     finally:
         spark.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    code, summary = run_job("build_webdataset", build, args)
+    if summary is None:
+        return code
     print_summary(summary)
     if args.summary_json:
         with open(args.summary_json, "w") as stream:

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from typing import TYPE_CHECKING, Sequence
 
 from .build_job import (
-    input_error,
     order_samples,
     plan_partitions,
     print_summary,
-    spark_session,
+    run_job,
     tar_bytes_column,
     version_summary,
 )
@@ -109,18 +107,7 @@ def reshard(spark: "SparkSession", args: argparse.Namespace) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    spark = spark_session()
-    try:
-        summary = reshard(spark, args)
-    except (WebDatasetError, ValueError) as error:
-        print(f"reshard: error: {error}", file=sys.stderr, flush=True)
-        return 2
-    except Exception as error:  # noqa: BLE001 - Spark wraps task errors; show the cause
-        cause = input_error(error)
-        print(f"reshard: error: {cause or error}", file=sys.stderr, flush=True)
-        return 2 if cause else 1
-    finally:
-        spark.stop()
-    print_summary(summary)
-    return 0
+    code, summary = run_job("reshard", reshard, parser().parse_args(argv))
+    if summary is not None:
+        print_summary(summary)
+    return code
