@@ -1,0 +1,170 @@
+"""spark_webdataset.pipeline without Airflow: what a run plans and which defaults it starts from."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from spark_webdataset.pipeline import REPO, PipelineDefaults, PipelineError, plan_run
+
+UTC = datetime.timezone.utc
+
+
+def params(**changes) -> dict:
+    base = {
+        "source": "/data/raw",
+        "source_format": "parquet",
+        "output_root": "/data/out/",
+        "key": "format_string('%05d', id)",
+        "fields": ["png=image", "cls=label"],
+        "max_shard_bytes": "3GiB",
+        "max_samples_per_shard": None,
+        "order": "hash",
+        "version": None,
+    }
+    return {**base, **changes}
+
+
+def flags(args: list[str]) -> list[tuple[str, str | None]]:
+    """The job arguments as (flag, value) pairs, in order; a flag without a value pairs with None."""
+    pairs, index = [], 0
+    while index < len(args):
+        flag = args[index]
+        assert flag.startswith("--"), args
+        if index + 1 < len(args) and not args[index + 1].startswith("--"):
+            pairs.append((flag, args[index + 1]))
+            index += 2
+        else:
+            pairs.append((flag, None))
+            index += 1
+    return pairs
+
+
+def test_plan_gives_the_job_every_param_as_its_flag() -> None:
+    moment = datetime.datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
+    planned = plan_run(
+        params(max_samples_per_shard=500, order="source", source_format="json"), moment, moment
+    )
+    assert planned["version"] == "20261201T000000Z"
+    assert planned["root"] == "/data/out/"
+    assert planned["version_uri"] == "/data/out/versions/20261201T000000Z"
+    assert planned["source"] == "/data/raw"
+    assert flags(planned["job_args"]) == [
+        ("--source", "/data/raw"),
+        ("--source-format", "json"),
+        ("--output", "/data/out/"),
+        ("--version", "20261201T000000Z"),
+        ("--key", "format_string('%05d', id)"),
+        ("--max-shard-bytes", "3GiB"),
+        ("--order", "source"),
+        ("--skip-if-published", None),
+        ("--field", "png=image"),
+        ("--field", "cls=label"),
+        ("--max-samples-per-shard", "500"),
+    ]
+
+
+def test_plan_leaves_out_unset_caps_and_fields() -> None:
+    moment = datetime.datetime(2026, 12, 1, tzinfo=UTC)
+    args = plan_run(params(fields=[], max_samples_per_shard=None), moment, None)["job_args"]
+    assert "--max-samples-per-shard" not in args and "--field" not in args
+    args = plan_run(params(max_shard_bytes=1048576), moment, None)["job_args"]
+    assert args[args.index("--max-shard-bytes") + 1] == "1048576"  # an int Param still reaches argv as text
+
+
+def test_version_comes_from_the_logical_date_in_utc() -> None:
+    logical = datetime.datetime(2026, 11, 3, 1, 2, 3, tzinfo=datetime.timezone(datetime.timedelta(hours=2)))
+    later = datetime.datetime(2027, 1, 1, tzinfo=UTC)
+    planned = plan_run(params(), logical, later)  # run_after is later: the logical date wins
+    assert planned["version"] == "20261102T230203Z"
+    assert planned["version_uri"] == "/data/out/versions/20261102T230203Z"
+
+
+def test_a_manual_run_without_logical_date_uses_run_after() -> None:
+    run_after = datetime.datetime(2026, 11, 5, 14, 30, 59, tzinfo=UTC)
+    assert plan_run(params(), None, run_after)["version"] == "20261105T143059Z"
+
+
+def test_the_version_param_overrides_the_dates() -> None:
+    moment = datetime.datetime(2026, 11, 5, tzinfo=UTC)
+    planned = plan_run(params(version="backup-1"), moment, moment)
+    assert planned["version"] == "backup-1"
+    assert planned["version_uri"] == "/data/out/versions/backup-1"
+    args = planned["job_args"]
+    assert args[args.index("--version") + 1] == "backup-1"
+    assert plan_run(params(version=""), moment, moment)["version"] == "20261105T000000Z"  # empty form field
+
+
+def test_a_run_without_any_date_or_version_is_refused() -> None:
+    with pytest.raises(PipelineError, match="version"):
+        plan_run(params(), None, None)
+
+
+def test_source_placeholders_are_filled_from_the_run() -> None:
+    logical = datetime.datetime(2026, 11, 30, 23, 0, tzinfo=datetime.timezone(datetime.timedelta(hours=-3)))
+    planned = plan_run(params(source="gs://raw/{ds}/{ds_nodash}/{version}/*.parquet"), logical, None)
+    # 23:00 at UTC-3 is the next day in UTC: the day and the version agree
+    assert planned["source"] == "gs://raw/2026-12-01/20261201/20261201T020000Z/*.parquet"
+    args = planned["job_args"]
+    assert args[args.index("--source") + 1] == planned["source"]
+    manual = plan_run(params(source="/raw/{ds}/{version}"), None, datetime.datetime(2026, 11, 7, 8, tzinfo=UTC))
+    assert manual["source"] == "/raw/2026-11-07/20261107T080000Z"
+    override = plan_run(params(source="/raw/{ds_nodash}-{version}", version="v2"), datetime.datetime(2026, 11, 8, tzinfo=UTC), None)
+    assert override["source"] == "/raw/20261108-v2"
+
+
+def test_defaults_without_any_variable() -> None:
+    defaults = PipelineDefaults.from_environment({})
+    data = f"{REPO / 'data'}"
+    assert defaults == PipelineDefaults(
+        source=f"{data}/demo/digits",
+        source_format="parquet",
+        output_root=f"{data}/datasets/digits",
+        key="format_string('%05d', id)",
+        fields=["png=image", "cls=label", "json=meta"],
+        max_shard_bytes="1MiB",
+        max_samples_per_shard=None,
+        order="hash",
+        schedule="@daily",
+        spark_master_for_validation=None,
+    )
+    assert defaults.asset_uri() == f"file://{data}/datasets/digits"
+
+
+def test_data_folder_moves_source_and_root() -> None:
+    defaults = PipelineDefaults.from_environment({"SPARK_WEBDATASET_DATA": "/srv/d"})
+    assert (defaults.source, defaults.output_root) == ("/srv/d/demo/digits", "/srv/d/datasets/digits")
+
+
+@pytest.mark.parametrize(
+    "variable, value, attribute, expected",
+    [
+        ("SPARK_WEBDATASET_SOURCE", "gs://raw/{ds}", "source", "gs://raw/{ds}"),
+        ("SPARK_WEBDATASET_SOURCE_FORMAT", "orc", "source_format", "orc"),
+        ("SPARK_WEBDATASET_ROOT", "gs://b/ds", "output_root", "gs://b/ds"),
+        ("SPARK_WEBDATASET_KEY", "uid", "key", "uid"),
+        ("SPARK_WEBDATASET_FIELDS", " jpg=image , ,cls=label,", "fields", ["jpg=image", "cls=label"]),
+        ("SPARK_WEBDATASET_MAX_SHARD_BYTES", "3GiB", "max_shard_bytes", "3GiB"),
+        ("SPARK_WEBDATASET_MAX_SAMPLES_PER_SHARD", "1000", "max_samples_per_shard", 1000),
+        ("SPARK_WEBDATASET_MAX_SAMPLES_PER_SHARD", "", "max_samples_per_shard", None),
+        ("SPARK_WEBDATASET_ORDER", "key", "order", "key"),
+        ("SPARK_WEBDATASET_SCHEDULE", "@hourly", "schedule", "@hourly"),
+        ("SPARK_WEBDATASET_SCHEDULE", "None", "schedule", None),
+        ("SPARK_WEBDATASET_SCHEDULE", "", "schedule", None),
+        ("SPARK_WEBDATASET_VALIDATE_MASTER", "spark://m:7077", "spark_master_for_validation", "spark://m:7077"),
+        ("SPARK_WEBDATASET_VALIDATE_MASTER", "", "spark_master_for_validation", None),
+    ],
+)
+def test_each_variable_sets_its_default(variable, value, attribute, expected) -> None:
+    baseline = PipelineDefaults.from_environment({})
+    defaults = PipelineDefaults.from_environment({variable: value})
+    assert getattr(defaults, attribute) == expected
+    others = {name: getattr(baseline, name) for name in baseline.__dataclass_fields__ if name != attribute}
+    assert {name: getattr(defaults, name) for name in others} == others  # nothing else moved
+
+
+def test_asset_uri_of_a_remote_root_is_the_root() -> None:
+    assert PipelineDefaults.from_environment({"SPARK_WEBDATASET_ROOT": "gs://b/ds"}).asset_uri() == "gs://b/ds"
+    relative = PipelineDefaults.from_environment({"SPARK_WEBDATASET_ROOT": "rel/ds"}).asset_uri()
+    assert relative.startswith("file:///") and relative.endswith("/rel/ds")
