@@ -88,7 +88,7 @@ with DAG(
     def publish(planned: dict, validated: dict, outlet_events=None) -> dict:
         from spark_webdataset.pipeline import publish_step
 
-        result = publish_step(planned["root"], planned["version"])
+        result = publish_step(planned["root"], planned["version"], planned.get("logical_date"))
         outlet_events[dataset].extra = {
             "version": result["version"],
             "uri": result["uri"],

@@ -21,11 +21,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from .format.manifest import MANIFEST_NAME, Manifest
-from .format.names import KEY_COLUMN, WebDatasetError
+from .errors import BadOption, InputError, WebDatasetError, from_spark
+from .format.manifest import Manifest
+from .format.names import KEY_COLUMN
 from .format.sizes import format_size, parse_size
-from .publish import is_published
-from .storage import storage_for
+from .layout import Dataset, Version, check_version_id
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -88,10 +88,6 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def version_dir(root: str, version: str) -> str:
-    return storage_for(root).join(root, "versions", version)
-
-
 def select_samples(df: "DataFrame", key: str, fields: Sequence[Field]) -> "DataFrame":
     """The writer's input: `__key__` then one column per field, in the given order."""
     if not fields:
@@ -152,22 +148,19 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
     import spark_webdataset
 
     spark_webdataset.register(spark)
-    max_shard_bytes = parse_size(args.max_shard_bytes, "--max-shard-bytes")
-    storage = storage_for(args.output)
-    target = version_dir(args.output, args.version)
-    manifest_path = storage.join(target, MANIFEST_NAME)
-    if is_published(args.output, args.version) and args.skip_if_published:
-        manifest = Manifest.from_json(storage.read_bytes(manifest_path))
+    max_shard_bytes = parse_size_option(args.max_shard_bytes, "--max-shard-bytes")
+    version = Dataset(args.output).version(args.version)
+    target = version.uri
+    if version.is_published() and args.skip_if_published:
+        manifest = version.read_manifest()
+        assert manifest is not None
         print(f"build_webdataset: version {args.version!r} is published already; nothing to write", flush=True)
         return version_summary(args.version, target, manifest, 0.0, skipped=True)
-    if is_published(args.output, args.version):
-        raise WebDatasetError(
-            f"version {args.version!r} of {args.output} is published and immutable; "
-            "write a new version instead"
-        )
+    version.check_writable()
     before = 0
-    if args.mode == "append" and storage.exists(manifest_path):
-        before = Manifest.from_json(storage.read_bytes(manifest_path)).samples
+    if args.mode == "append":
+        existing = version.committed_manifest()
+        before = existing.samples if existing else 0
     started = time.monotonic()
     for reader in ("parquet", "orc"):
         spark.conf.set(f"spark.sql.{reader}.columnarReaderBatchSize", str(args.reader_batch_rows))
@@ -196,7 +189,8 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
         writer = writer.option("maxSamplesPerShard", str(args.max_samples_per_shard))
     writer.save(target)
     seconds = time.monotonic() - started
-    manifest = Manifest.from_json(storage.read_bytes(manifest_path))
+    manifest = version.read_manifest()
+    assert manifest is not None
     if manifest.samples - before != rows:
         raise WebDatasetError(
             f"{rows} source rows but {manifest.samples - before} new samples in {target}: rows were lost"
@@ -239,18 +233,27 @@ def spark_session() -> "SparkSession":
     return builder.getOrCreate()
 
 
+def parse_size_option(text: str, name: str) -> int:
+    try:
+        return parse_size(text, name)
+    except ValueError as error:
+        raise BadOption(str(error)) from None
+
+
 def run_job(name: str, job, args: argparse.Namespace) -> tuple[int, dict | None]:
-    """Run `job(spark, args)` in a SparkSession; exit code 2 for bad input (named), 1 otherwise."""
+    """Run `job(spark, args)` in a SparkSession: 0, or 2 for bad input (named), 1 for anything else."""
+    try:
+        check_version_id(args.version)
+    except InputError as error:
+        print(f"{name}: error: {error}", file=sys.stderr, flush=True)
+        return 2, None
     spark = spark_session()
     try:
         return 0, job(spark, args)
-    except (WebDatasetError, ValueError) as error:
-        print(f"{name}: error: {error}", file=sys.stderr, flush=True)
-        return 2, None
-    except Exception as error:  # noqa: BLE001 - Spark wraps task errors; show the cause
-        cause = input_error(error)
+    except Exception as error:  # noqa: BLE001 - Spark wraps our errors; show the cause
+        cause = from_spark(error)
         print(f"{name}: error: {cause or error}", file=sys.stderr, flush=True)
-        return (2 if cause else 1), None
+        return (2 if isinstance(cause, InputError) or (cause is None and isinstance(error, ValueError)) else 1), None
     finally:
         spark.stop()
 
@@ -265,12 +268,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(args.summary_json, "w") as stream:
             json.dump(summary, stream, indent=1, sort_keys=True)
     return 0
-
-
-def input_error(error: BaseException) -> str | None:
-    """The WebDatasetError message inside a Spark task failure, if there is one."""
-    text = str(error)
-    marker = "WebDatasetError: "
-    if marker in text:
-        return text[text.rindex(marker) + len(marker) :].split("\n", 1)[0]
-    return None

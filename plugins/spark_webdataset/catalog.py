@@ -1,34 +1,41 @@
-"""What a dataset root holds: versions, which are published, LATEST, counts and sizes."""
+"""What a dataset root holds: versions, their state, logical dates, counts and sizes, and LATEST."""
 
 from __future__ import annotations
 
-from .format.manifest import MANIFEST_NAME, Manifest
-from .publish import PUBLISHED_DIR, read_latest, version_order
-from .storage import storage_for
-from .validate import read_validation
+from .errors import InputError, NotCommitted
+from .layout import Dataset
+from .publish import record_order, version_order
 
 
 def describe(root: str) -> dict:
-    storage = storage_for(root)
-    published = {
-        name[: -len(".json")]
-        for name in storage.list_sizes(storage.join(root, PUBLISHED_DIR))
-        if name.endswith(".json")
-    }
+    dataset = Dataset(root)
+    if not dataset.storage.exists(dataset.root) and not dataset.version_ids() and not dataset.published_ids():
+        raise InputError(f"{root}: no dataset there (no versions/, no published versions)")
+    published = set(dataset.published_ids())
+    records = {version: dataset.read_record(version) for version in published}
     versions = []
-    for version in sorted(storage.list_dirs(storage.join(root, "versions")), key=version_order):
-        directory = storage.join(root, "versions", version)
-        manifest_path = storage.join(directory, MANIFEST_NAME)
-        entry: dict = {"version": version, "uri": directory, "published": version in published}
-        if storage.exists(manifest_path):
-            manifest = Manifest.from_json(storage.read_bytes(manifest_path))
+    for version_id in sorted(dataset.version_ids(), key=lambda v: record_order(v, records[v]) if v in records else version_order(v)):
+        version = dataset.version(version_id)
+        record = records.get(version_id)
+        entry: dict = {
+            "version": version_id,
+            "uri": version.uri,
+            "published": version_id in published,
+            "logical_date": None if record is None else record_order(version_id, record)[0],
+        }
+        try:
+            manifest = version.committed_manifest()
+        except NotCommitted:
+            manifest, entry["state"] = None, "not committed"
+        if manifest is not None:
             entry.update(samples=manifest.samples, shards=len(manifest.shards), bytes=manifest.bytes)
         else:
-            entry.update(samples=None, shards=None, bytes=None, state="not committed")
-        validation = read_validation(directory)
+            entry.update(samples=None, shards=None, bytes=None)
+            entry.setdefault("state", "no manifest")
+        validation = version.read_validation()
         entry["validated"] = None if validation is None else bool(validation.get("ok"))
         versions.append(entry)
-    return {"root": root, "latest": read_latest(root), "versions": versions}
+    return {"root": dataset.root, "latest": dataset.read_latest(), "versions": versions}
 
 
 def format_description(description: dict) -> str:
@@ -42,8 +49,9 @@ def format_description(description: dict) -> str:
         counts = (
             f"{v['shards']} shards, {v['samples']} samples, {format_size(v['bytes'])}"
             if v["samples"] is not None
-            else "no manifest"
+            else v.get("state", "no manifest")
         )
         marker = "*" if v["version"] == description["latest"] else " "
-        lines.append(f" {marker} {v['version']:<24} {counts:<48} {flags}")
+        date = v["logical_date"] or "-"
+        lines.append(f" {marker} {v['version']:<24} {date:<21} {counts:<48} {flags}")
     return "\n".join(lines)

@@ -31,17 +31,13 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _publish(args: argparse.Namespace) -> int:
-    from .publish import PublishError, publish
+    from .publish import publish
 
-    try:
-        result = publish(args.root, args.version)
-    except PublishError as error:
-        print(f"publish: refused: {error}", file=sys.stderr)
-        return 1
+    result = publish(args.root, args.version, logical_date=args.logical_date)
     state = "already published (no-op)" if result.already_published else "published"
     print(
         f"{state}: {result.version} ({result.shards} shards, {result.samples} samples, {result.bytes} bytes); "
-        f"LATEST={result.latest}; index {result.index_uri}"
+        f"logical date {result.logical_date}; LATEST={result.latest}; index {result.index_uri}"
     )
     return 0
 
@@ -60,7 +56,7 @@ def parser() -> argparse.ArgumentParser:
 
     validate = commands.add_parser("validate", help="open every shard of a version and check it")
     validate.add_argument("version_uri", help="ROOT/versions/VERSION")
-    validate.add_argument("--workers", type=int, default=None, help="local processes (default: cores)")
+    validate.add_argument("--workers", type=_positive_int, default=None, help="local processes (default: cores)")
     validate.add_argument("--require", action="append", default=[], help="a field every sample must have")
     validate.add_argument("--spark-master", help="check shards with a Spark job instead of a local pool")
     validate.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -69,6 +65,10 @@ def parser() -> argparse.ArgumentParser:
     publish = commands.add_parser("publish", help="make a validated version visible; move LATEST forward")
     publish.add_argument("root")
     publish.add_argument("version")
+    publish.add_argument(
+        "--logical-date",
+        help="ISO-8601 date the version is of (orders LATEST); default: a timestamp in the id, else now",
+    )
     publish.set_defaults(run=_publish)
 
     inspect = commands.add_parser("inspect", help="versions of a dataset root, published or not, and LATEST")
@@ -83,9 +83,26 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _positive_int(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return number
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Exit 0 on success, 1 when a check fails or a step is refused, 2 for bad arguments or input."""
+    from .errors import InputError, WebDatasetError
+
     args = parser().parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except WebDatasetError as error:
+        print(f"spark-webdataset {args.command}: error: {error}", file=sys.stderr)
+        return 2 if isinstance(error, InputError) else 1
 
 
 if __name__ == "__main__":

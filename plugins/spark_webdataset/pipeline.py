@@ -13,17 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .errors import InputError, VersionError, WebDatasetError
 from .format.sizes import format_size
-from .publish import PublishError, is_published, publish
-from .validate import read_validation, validate_version
+from .layout import Dataset, check_version_id, iso_utc
+from .publish import publish
+from .validate import validate_version
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_SCRIPT = str(REPO / "jobs" / "build_webdataset.py")
 VERSION_FORMAT = "%Y%m%dT%H%M%SZ"
 
 
-class PipelineError(RuntimeError):
-    """A step found the version unfit; retrying will not help."""
+class PipelineError(WebDatasetError):
+    """A step found the version unfit or the run's input bad; retrying will not help."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,10 @@ def version_id(logical_date: datetime.datetime | None, run_after: datetime.datet
     Retries and re-runs of the same date land on the same version.
     """
     if override:
-        return override
+        try:
+            return check_version_id(override)
+        except InputError as error:
+            raise PipelineError(f"param 'version': {error}") from None
     moment = logical_date or run_after
     if moment is None:
         raise PipelineError("the run has neither a logical date nor run_after; pass the 'version' param")
@@ -88,6 +93,7 @@ def plan_run(params: Mapping[str, Any], logical_date, run_after) -> dict:
     """Version, URIs and spark-submit arguments of one run."""
     version = version_id(logical_date, run_after, params.get("version") or None)
     root = params["output_root"]
+    moment = logical_date or run_after
     source = render_source(params["source"], logical_date or run_after, version)
     args = [
         "--source", source,
@@ -106,20 +112,23 @@ def plan_run(params: Mapping[str, Any], logical_date, run_after) -> dict:
     return {
         "version": version,
         "root": root,
-        "version_uri": f"{root.rstrip('/')}/versions/{version}",
+        "version_uri": Dataset(root).version(version).uri,
+        "logical_date": iso_utc(moment) if moment else None,
         "source": source,
         "job_args": args,
     }
 
 
-def validate_step(root: str, version: str, version_uri: str, spark_master: str | None = None) -> dict:
+def validate_step(root: str, version: str, version_uri: str | None = None, spark_master: str | None = None) -> dict:
     """Validate; raise PipelineError (no retry helps) with the first errors if it fails.
 
     A published version is immutable and was validated before it was
     published: a re-run reports that validation instead of rewriting it.
     """
-    if is_published(root, version):
-        previous = read_validation(version_uri) or {}
+    target = Dataset(root).version(version)
+    version_uri = target.uri
+    if target.is_published():
+        previous = target.read_validation() or {}
         print(f"version {version} is published already; its validation: ok={previous.get('ok')}", flush=True)
         return {
             "version_uri": version_uri,
@@ -141,15 +150,15 @@ def validate_step(root: str, version: str, version_uri: str, spark_master: str |
     }
 
 
-def publish_step(root: str, version: str) -> dict:
+def publish_step(root: str, version: str, logical_date: str | None = None) -> dict:
     try:
-        result = publish(root, version)
-    except PublishError as error:
+        result = publish(root, version, logical_date=logical_date)
+    except VersionError as error:
         raise PipelineError(str(error)) from None
     state = "already published (no-op)" if result.already_published else "published"
     print(
         f"{state}: version {result.version}: {result.shards} shards, {result.samples} samples, "
-        f"{format_size(result.bytes)}; LATEST={result.latest}\n"
+        f"{format_size(result.bytes)}; logical date {result.logical_date}; LATEST={result.latest}\n"
         f"  index: {result.index_uri}\n"
         f"  read it: wids.ShardListDataset({result.index_uri!r})",
         flush=True,

@@ -1,9 +1,11 @@
 """Publish a validated version: write its shard index, make it visible, move LATEST forward.
 
-A version is visible if and only if `_published/<version>.json` exists. It
-is created create-only, so of two racing publishers exactly one wins, and
-a lost response can be settled by reading the record back. LATEST moves
-by compare-and-swap and only forward: a backfill never moves it back.
+A version is visible if and only if its publish record exists. Publish
+first seals the version directory (under the commit lock, so no commit is
+half-way), then creates the record create-only: of two racing publishers
+exactly one wins, and a lost response is settled by reading the record
+back. LATEST moves by compare-and-swap to the published version with the
+greatest (logical date, version id): a backfill never moves it back.
 """
 
 from __future__ import annotations
@@ -11,23 +13,24 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import re
 import uuid
 from dataclasses import dataclass
 
-from .format.manifest import MANIFEST_NAME, Manifest
-from .storage import storage_for
-from .storage.base import PreconditionFailed
-from .validate import read_validation
+from .commit_lock import CommitLock
+from .errors import NotCommitted, PreconditionFailed, PublishRefused
+from .format.manifest import Manifest
+from .layout import (
+    MANIFEST_NAME,
+    Dataset,
+    Version,
+    check_version_id,
+    iso_utc,
+    parse_logical_date,
+    timestamp_in_id,
+)
 
-SHARD_INDEX_NAME = "shardindex.json"
-PUBLISHED_DIR = "_published"
-LATEST_NAME = "LATEST"
 RECORD_KIND = "spark-webdataset-published-v1"
-
-
-class PublishError(RuntimeError):
-    """Publishing was refused; the message says why."""
+PublishError = PublishRefused  # the name before errors.py
 
 
 @dataclass(frozen=True)
@@ -40,14 +43,25 @@ class PublishResult:
     index_uri: str
     already_published: bool
     latest: str | None
+    logical_date: str | None = None
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
 
-def version_order(version: str) -> tuple:
-    """Natural order: digits compare as numbers, so v10 follows v9 and dates sort by time."""
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.findall(r"\d+|\D+", version))
+def record_order(version: str, record: dict | None) -> tuple[str, str]:
+    """Where a published version stands for LATEST: (logical date, version id)."""
+    logical = (record or {}).get("logical_date")
+    if not logical:
+        moment = timestamp_in_id(version)
+        logical = iso_utc(moment) if moment else (record or {}).get("published_at", "")
+    return str(logical), version
+
+
+def version_order(version: str) -> tuple[str, str]:
+    """Order of version ids by the timestamp they spell (ids without one sort first), then the id."""
+    moment = timestamp_in_id(version)
+    return (iso_utc(moment) if moment else "", version)
 
 
 def shard_index(manifest: Manifest, source: str) -> bytes:
@@ -74,99 +88,124 @@ def shard_index(manifest: Manifest, source: str) -> bytes:
     return (json.dumps(document, indent=1, ensure_ascii=False) + "\n").encode()
 
 
-def publish(root: str, version: str) -> PublishResult:
-    storage = storage_for(root)
-    directory = storage.join(root, "versions", version)
-    manifest_path = storage.join(directory, MANIFEST_NAME)
-    if not storage.exists(manifest_path):
-        raise PublishError(f"{directory}: no {MANIFEST_NAME}; write the version first")
-    manifest_bytes = storage.read_bytes(manifest_path)
-    digest = hashlib.sha256(manifest_bytes).hexdigest()
-    record_path = storage.join(root, PUBLISHED_DIR, f"{version}.json")
-    existing = _read_record(storage, record_path)
+def publish(root: str, version: str, logical_date: str | datetime.datetime | None = None) -> PublishResult:
+    """Seal, index and publish `ROOT/versions/VERSION`; a no-op if published with this manifest."""
+    check_version_id(version)
+    dataset = Dataset(root)
+    target = dataset.version(version)
+    storage = dataset.storage
+    existing = dataset.read_record(version)
     if existing is not None:
-        return _republish(root, version, existing, digest)
-    validation = read_validation(directory)
-    if validation is None:
-        raise PublishError(f"{directory}: not validated; run `spark-webdataset validate {directory}` first")
-    if not validation.get("ok"):
-        raise PublishError(
-            f"{directory}: validation failed with {validation.get('error_count')} error(s); refusing to publish"
-        )
-    if validation.get("manifest_sha256") != digest:
-        raise PublishError(f"{directory}: the validation report is for another manifest; validate again")
+        return _republish(dataset, target, existing, target.manifest_digest())
+    with CommitLock(target, f"publish-{uuid.uuid4().hex}"):
+        if storage.exists(target.journal_uri):
+            raise NotCommitted(f"{target.uri}: a commit is unfinished; write the version again before publishing")
+        manifest_bytes, token = target.read_manifest_bytes()
+        if manifest_bytes is None:
+            raise PublishRefused(f"{target.uri}: no {MANIFEST_NAME}; write the version first")
+        digest = hashlib.sha256(manifest_bytes).hexdigest()
+        _check_validation(target, digest)
+        # The seal, then a compare-and-swap of the manifest onto itself: a
+        # writer that lost its commit lock can no longer replace it.
+        seal = {"version": version, "manifest_sha256": digest, "sealed_at": _now()}
+        if not storage.exists(target.seal_uri):
+            storage.write_atomic(target.seal_uri, json.dumps(seal).encode())
+        if not storage.replace_if(target.manifest_uri, manifest_bytes, token):
+            raise PublishRefused(f"{target.uri}: the manifest changed while publishing; validate again")
     manifest = Manifest.from_json(manifest_bytes)
-    index_path = storage.join(directory, SHARD_INDEX_NAME)
-    storage.write_atomic(index_path, shard_index(manifest, f"{root}@{version}"))
+    storage.write_atomic(target.index_uri, shard_index(manifest, f"{dataset.root}@{version}"))
+    moment = _logical_date(version, logical_date)
     record = {
         "__kind__": RECORD_KIND,
         "version": version,
-        "uri": directory,
+        "uri": target.uri,
         "manifest_sha256": digest,
-        "index": SHARD_INDEX_NAME,
+        "index": target.index_uri.rsplit("/", 1)[-1],
         "samples": manifest.samples,
         "shards": len(manifest.shards),
         "bytes": manifest.bytes,
-        "published_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "logical_date": moment,
+        "published_at": _now(),
         # unique per attempt: a 412 whose read-back shows our own record is a
         # retry that landed; someone else's record means we lost the race
         "publish_id": uuid.uuid4().hex,
     }
     try:
-        storage.create_only(record_path, (json.dumps(record, indent=1) + "\n").encode())
+        storage.create_only(dataset.record_uri(version), (json.dumps(record, indent=1) + "\n").encode())
     except PreconditionFailed:
         # Another publisher won the race, or our own retried write landed:
         # the record itself says which.
-        return _republish(root, version, _read_record(storage, record_path), digest)
+        return _republish(dataset, target, dataset.read_record(version), digest)
     latest = advance_latest(root, version)
     return PublishResult(
-        version, directory, manifest.samples, len(manifest.shards), manifest.bytes, index_path, False, latest
+        version, target.uri, manifest.samples, len(manifest.shards), manifest.bytes, target.index_uri, False, latest, moment
     )
 
 
-def _read_record(storage, path: str) -> dict | None:
-    return json.loads(storage.read_bytes(path)) if storage.exists(path) else None
+def _now() -> str:
+    return iso_utc(datetime.datetime.now(datetime.timezone.utc))
 
 
-def _republish(root: str, version: str, record: dict | None, digest: str) -> PublishResult:
+def _logical_date(version: str, given: str | datetime.datetime | None) -> str:
+    if isinstance(given, datetime.datetime):
+        return iso_utc(given)
+    if given:
+        return iso_utc(parse_logical_date(given))
+    return iso_utc(timestamp_in_id(version) or datetime.datetime.now(datetime.timezone.utc))
+
+
+def _check_validation(target: Version, digest: str) -> None:
+    validation = target.read_validation()
+    if validation is None:
+        raise PublishRefused(f"{target.uri}: not validated; run `spark-webdataset validate {target.uri}` first")
+    if not validation.get("ok"):
+        raise PublishRefused(
+            f"{target.uri}: validation failed with {validation.get('error_count')} error(s); refusing to publish"
+        )
+    if validation.get("manifest_sha256") != digest:
+        raise PublishRefused(f"{target.uri}: the validation report is for another manifest; validate again")
+
+
+def _republish(dataset: Dataset, target: Version, record: dict | None, digest: str | None) -> PublishResult:
     if record is None or record.get("manifest_sha256") != digest:
-        raise PublishError(
-            f"version {version!r} of {root} is published already with another manifest; "
+        raise PublishRefused(
+            f"version {target.name!r} of {dataset.root} is published already with another manifest; "
             "published versions are immutable"
         )
-    storage = storage_for(root)
-    latest = advance_latest(root, version)
+    latest = advance_latest(dataset.root, target.name)
     return PublishResult(
-        version,
+        target.name,
         record["uri"],
         record["samples"],
         record["shards"],
         record["bytes"],
-        storage.join(record["uri"], record["index"]),
+        dataset.storage.join(record["uri"], record["index"]),
         True,
         latest,
+        record.get("logical_date"),
     )
 
 
 def advance_latest(root: str, version: str) -> str:
-    """Set LATEST to `version` unless it already names a greater one; return LATEST."""
-    storage = storage_for(root)
-    path = storage.join(root, LATEST_NAME)
+    """Set LATEST to `version` unless it names one with a greater (logical date, id); return LATEST."""
+    dataset = Dataset(root)
+    storage = dataset.storage
+    candidate = record_order(version, dataset.read_record(version))
     while True:
-        current, token = storage.read_versioned(path)
+        current, token = storage.read_versioned(dataset.latest_uri)
         current_version = current.decode().strip() if current else None
-        if current_version is not None and version_order(current_version) >= version_order(version):
-            return current_version
-        if storage.replace_if(path, (version + "\n").encode(), token):
+        if current_version is not None and current_version != version:
+            if record_order(current_version, dataset.read_record(current_version)) >= candidate:
+                return current_version
+        elif current_version == version:
+            return version
+        if storage.replace_if(dataset.latest_uri, (version + "\n").encode(), token):
             return version
 
 
 def read_latest(root: str) -> str | None:
-    storage = storage_for(root)
-    path = storage.join(root, LATEST_NAME)
-    return storage.read_bytes(path).decode().strip() if storage.exists(path) else None
+    return Dataset(root).read_latest()
 
 
 def is_published(root: str, version: str) -> bool:
-    storage = storage_for(root)
-    return storage.exists(storage.join(root, PUBLISHED_DIR, f"{version}.json"))
+    return Dataset(root).version(version).is_published()

@@ -25,11 +25,10 @@ from .build_job import (
     tar_bytes_column,
     version_summary,
 )
-from .format.manifest import MANIFEST_NAME, Manifest
-from .format.names import KEY_COLUMN, WebDatasetError
-from .format.sizes import parse_size
-from .publish import is_published
-from .storage import storage_for
+from .build_job import parse_size_option
+from .errors import InputError, WebDatasetError
+from .format.names import KEY_COLUMN
+from .layout import Dataset
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -73,11 +72,10 @@ def reshard(spark: "SparkSession", args: argparse.Namespace) -> dict:
     import spark_webdataset
 
     spark_webdataset.register(spark)
-    max_shard_bytes = parse_size(args.max_shard_bytes, "--max-shard-bytes")
-    storage = storage_for(args.output)
-    target = storage.join(args.output, "versions", args.version)
-    if is_published(args.output, args.version):
-        raise WebDatasetError(f"version {args.version!r} of {args.output} is published and immutable")
+    max_shard_bytes = parse_size_option(args.max_shard_bytes, "--max-shard-bytes")
+    version = Dataset(args.output).version(args.version)
+    target = version.uri
+    version.check_writable()
     started = time.monotonic()
     samples = spark.read.format("webdataset").load(args.input).drop("__url__")
     totals = samples.agg(F.count(F.lit(1)).alias("rows"), F.sum(tar_bytes_column(samples)).alias("bytes")).first()
@@ -90,7 +88,7 @@ def reshard(spark: "SparkSession", args: argparse.Namespace) -> dict:
         if args.max_samples_per_shard:
             shards = max(shards, multiple * math.ceil(rows / args.max_samples_per_shard / multiple))
         if rows < shards:
-            raise WebDatasetError(f"{rows} samples cannot fill {shards} shards (a multiple of {multiple})")
+            raise InputError(f"{rows} samples cannot fill {shards} shards (a multiple of {multiple})")
         arranged = exact_shards(samples, shards, args.order, args.seed, rows)
         writer_cap = NO_CAP
         print(f"reshard: {rows} samples -> exactly {shards} shards (multiple of {multiple})", flush=True)
@@ -100,7 +98,8 @@ def reshard(spark: "SparkSession", args: argparse.Namespace) -> dict:
     if args.max_samples_per_shard and not args.shard_multiple:
         writer = writer.option("maxSamplesPerShard", str(args.max_samples_per_shard))
     writer.save(target)
-    manifest = Manifest.from_json(storage.read_bytes(storage.join(target, MANIFEST_NAME)))
+    manifest = version.read_manifest()
+    assert manifest is not None
     if manifest.samples != rows:
         raise WebDatasetError(f"{rows} input samples but {manifest.samples} written: samples were lost")
     return version_summary(args.version, target, manifest, time.monotonic() - started)

@@ -26,18 +26,16 @@ from tqdm import tqdm
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .format.keys import first_duplicate_blocks
-from .format.manifest import MANIFEST_NAME, Manifest
+from .format.keys import count_duplicates, merge_blocks
+from .format.manifest import Manifest
 from .format.verify import check_shard
+from .layout import MANIFEST_NAME, METADATA_FILES, Version
 from .storage import storage_for
 
-VALIDATION_NAME = "_validation.json"
 VALIDATION_KIND = "spark-webdataset-validation-v1"
 MAX_REPORTED_ERRORS = 100
 RUN_SCHEMA = pa.schema([("key", pa.large_string())])
 RUN_BLOCK_KEYS = 1 << 16
-# Files in a version directory that are not shards.
-METADATA_FILES = {MANIFEST_NAME, VALIDATION_NAME, "shardindex.json"}
 
 
 @dataclass
@@ -160,16 +158,18 @@ def validate_version(
 ) -> ValidationReport:
     """Validate the version directory `uri`; write `_validation.json` unless told not to."""
     started = time.monotonic()
-    storage = storage_for(uri)
-    manifest_path = storage.join(uri, MANIFEST_NAME)
-    if not storage.exists(manifest_path):
+    version = Version.at(uri)
+    uri = version.uri
+    storage = version.storage
+    manifest_bytes, _ = version.read_manifest_bytes()
+    if manifest_bytes is None:
         report = ValidationReport(uri, "")
         report.add_error(f"no {MANIFEST_NAME}: the version was never committed")
         report.seconds = time.monotonic() - started
         return report
-    manifest_bytes = storage.read_bytes(manifest_path)
     manifest = Manifest.from_json(manifest_bytes)
     report = ValidationReport(uri, hashlib.sha256(manifest_bytes).hexdigest())
+    _check_totals(json.loads(manifest_bytes), manifest, report)
     present = {n: s for n, s in storage.list_sizes(uri).items() if n not in METADATA_FILES and not n.startswith(".")}
     for name in sorted(present):
         if not name.endswith(".tar"):
@@ -184,12 +184,24 @@ def validate_version(
         for error in result.pop("error_list"):
             report.add_error(error["error"], error["shard"], error["offset"], error["key"])
         report.shards.append(result)
-    for key, shards in duplicates:
+    duplicate_count, listed = duplicates
+    for key, shards in listed:
         report.add_error(f"key appears in shards {', '.join(shards)}", shards[-1], None, key)
+    if duplicate_count > len(listed):
+        report.add_error(f"{duplicate_count} keys appear in more than one shard ({len(listed)} listed above)")
+        report.error_count += duplicate_count - len(listed) - 1
     report.seconds = time.monotonic() - started
     if write_report:
-        storage.write_atomic(storage.join(uri, VALIDATION_NAME), report.to_json())
+        storage.write_atomic(version.validation_uri, report.to_json())
     return report
+
+
+def _check_totals(document: dict, manifest: Manifest, report: ValidationReport) -> None:
+    """The manifest's own totals must agree with its shard list."""
+    actual = {"samples": manifest.samples, "bytes": manifest.bytes, "shard_count": len(manifest.shards)}
+    for name, value in actual.items():
+        if document.get(name) != value:
+            report.add_error(f"the manifest's {name} is {document.get(name)!r} but its shard list adds up to {value}")
 
 
 def _check_with_pool(uri, tasks, required, workers, progress):
@@ -209,12 +221,8 @@ def _check_with_pool(uri, tasks, required, workers, progress):
                     results.append(result)
                     bar.update(1)
         bar.close()
-        duplicates = []
-        found = first_duplicate_blocks(_read_run(run) for run in runs)
-        if found:
-            key, first, second = found
-            duplicates.append((key, [names[first], names[second]]))
-    return results, duplicates
+        count, found = count_duplicates(merge_blocks(_read_run(run) for run in runs), MAX_REPORTED_ERRORS)
+    return results, (count, [(key, [names[first], names[second]]) for key, first, second in found])
 
 
 def _check_with_spark(uri, tasks, required, master):
@@ -227,19 +235,18 @@ def _check_with_spark(uri, tasks, required, master):
     checked = spark.sparkContext.parallelize(jobs, max(1, len(jobs))).map(_check_shard).cache()
     results = checked.map(lambda r: {k: v for k, v in r.items() if k != "keys"}).collect()
     keys = checked.flatMap(lambda r: ((key, r["name"]) for key in r["keys"])).toDF(["key", "shard"])
-    repeated = (
+    grouped = (
         keys.groupBy("key")
         .agg(F.count("*").alias("n"), F.sort_array(F.collect_set("shard")).alias("shards"))
         .where("n > 1")
-        .orderBy("key")
-        .limit(MAX_REPORTED_ERRORS)
-        .collect()
+        .cache()
     )
+    count = int(grouped.agg(F.sum(F.col("n") - 1)).first()[0] or 0)
+    repeated = grouped.orderBy("key").limit(MAX_REPORTED_ERRORS).collect()
+    grouped.unpersist()
     checked.unpersist()
-    return results, [(row["key"], list(row["shards"])) for row in repeated]
+    return results, (count, [(row["key"], list(row["shards"])) for row in repeated])
 
 
 def read_validation(uri: str) -> dict | None:
-    storage = storage_for(uri)
-    path = storage.join(uri, VALIDATION_NAME)
-    return json.loads(storage.read_bytes(path)) if storage.exists(path) else None
+    return Version.at(uri).read_validation()

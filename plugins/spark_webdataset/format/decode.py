@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 
-from .names import WebDatasetError
+from ..errors import BadOption, InputError
 
 
 def _text(data: bytes) -> str:
@@ -90,7 +90,7 @@ def parser_for(arrow_type: pa.DataType) -> Callable[[bytes], Any] | None:
         return _timestamp if arrow_type.tz else _naive_timestamp
     if pa.types.is_struct(arrow_type) or pa.types.is_map(arrow_type) or pa.types.is_list(arrow_type):
         return _json_value(arrow_type)
-    raise WebDatasetError(f"cannot decode webdataset fields as {arrow_type}")
+    raise BadOption(f"cannot decode webdataset fields as {arrow_type}")
 
 
 def decode_column(
@@ -107,7 +107,7 @@ def decode_column(
         try:
             decoded.append(parse(value))
         except (ValueError, UnicodeDecodeError, json.JSONDecodeError, decimal.InvalidOperation) as error:
-            raise WebDatasetError(
+            raise InputError(
                 f"sample {key!r}, field {field!r}: cannot decode {value[:40]!r} as {arrow_type}: {error}"
             ) from None
     return pa.array(decoded, arrow_type)

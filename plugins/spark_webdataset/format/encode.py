@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .names import WebDatasetError
+from ..errors import InvalidField
 
 _TEXT_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
 _BINARY_TYPES = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view)
@@ -65,7 +65,7 @@ def encode_column(column: pa.Array, field: str) -> pa.Array:
         return pa.nulls(len(column), pa.large_binary())
     if _is(arrow_type, _NESTED_TYPES):
         return _encode_json(column)
-    raise WebDatasetError(
+    raise InvalidField(
         f"column {field!r} has type {arrow_type}, which webdataset cannot encode "
         "(use binary, string, numbers, boolean, date, timestamp, struct, map or array)"
     )

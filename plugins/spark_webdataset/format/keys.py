@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .names import WebDatasetError
+from ..errors import DuplicateKey
 
 
 class KeyRun:
@@ -38,7 +38,7 @@ class KeyRun:
             same = pc.equal(ordered[1:], ordered[:-1])
             if pc.any(same).as_py():
                 key = ordered[pc.index(same, True).as_py()].as_py()
-                raise WebDatasetError(f"duplicate sample key {key!r}: a key may appear only once in a dataset")
+                raise DuplicateKey(f"duplicate sample key {key!r}: a key may appear only once in a dataset")
         return ordered
 
 
@@ -53,22 +53,20 @@ def first_duplicate(runs: Iterable[Iterable[str]]) -> tuple[str, int, int] | Non
     return None
 
 
-def first_duplicate_blocks(runs: Iterable[Iterable[pa.Array]]) -> tuple[str, int, int] | None:
-    """`first_duplicate` over runs of sorted, duplicate-free Arrow blocks, a batch at a time.
+def merge_blocks(runs: Iterable[Iterable[pa.Array]]) -> Iterator[tuple[pa.Array, np.ndarray]]:
+    """Merge runs of sorted Arrow blocks into sorted blocks, each with the run number of every key.
 
     Each round takes from every run the keys up to the smallest of the runs'
-    current block maxima (no later key of any run can sort before them),
-    sorts them together (stable, so run order breaks ties) and compares
-    neighbours: Arrow's kernels instead of a heap step per key, and still
-    one block per run in memory.
+    current block maxima (no later key of any run can sort before them) and
+    sorts them together (stable, so run order breaks ties): Arrow's kernels
+    instead of a heap step per key, and one block per run in memory.
     """
     iterators = [iter(run) for run in runs]
     heads: list[pa.Array | None] = [_next_block(it) for it in iterators]
-    previous: tuple[str, int] | None = None
     while True:
         alive = [number for number, head in enumerate(heads) if head is not None]
         if not alive:
-            return None
+            return
         bound = min(heads[n][len(heads[n]) - 1].as_py() for n in alive)  # type: ignore[index]
         parts, owners = [], []
         for number in alive:
@@ -81,16 +79,58 @@ def first_duplicate_blocks(runs: Iterable[Iterable[pa.Array]]) -> tuple[str, int
             heads[number] = head.slice(cut) if cut < len(head) else _next_block(iterators[number])
         merged = pa.concat_arrays(parts)
         order = pc.sort_indices(merged)
-        keys = merged.take(order)
-        runs_of = np.concatenate(owners)[order.to_numpy()]
+        yield merged.take(order), np.concatenate(owners)[order.to_numpy()]
+
+
+def first_duplicate_in_blocks(
+    blocks: Iterable[tuple[pa.Array, np.ndarray]],
+) -> Iterator[tuple[pa.Array, tuple[str, int, int] | None]]:
+    """Pass merged blocks through; with each, the first key found twice so far (key, run, other run)."""
+    previous: tuple[str, int] | None = None
+    for keys, runs_of in blocks:
+        found = None
         if previous is not None and keys[0].as_py() == previous[0]:
-            return previous[0], previous[1], int(runs_of[0])
-        if len(keys) > 1:
+            found = (previous[0], previous[1], int(runs_of[0]))
+        elif len(keys) > 1:
             same = pc.equal(keys.slice(1), keys.slice(0, len(keys) - 1))
             if pc.any(same).as_py():
                 at = pc.index(same, True).as_py()
-                return keys[at].as_py(), int(runs_of[at]), int(runs_of[at + 1])
+                found = (keys[at].as_py(), int(runs_of[at]), int(runs_of[at + 1]))
+        yield keys, found
+        if found:
+            return
         previous = (keys[len(keys) - 1].as_py(), int(runs_of[-1]))
+
+
+def count_duplicates(
+    blocks: Iterable[tuple[pa.Array, np.ndarray]], listed: int
+) -> tuple[int, list[tuple[str, int, int]]]:
+    """Every key that repeats one before it in merged blocks: the count, and the first `listed` (key, run, run)."""
+    count = 0
+    found: list[tuple[str, int, int]] = []
+    previous: tuple[str, int] | None = None
+    for keys, runs_of in blocks:
+        if previous is not None and keys[0].as_py() == previous[0]:
+            count += 1
+            if len(found) < listed:
+                found.append((previous[0], previous[1], int(runs_of[0])))
+        if len(keys) > 1:
+            same = pc.equal(keys.slice(1), keys.slice(0, len(keys) - 1))
+            repeats = int(pc.sum(same).as_py() or 0)
+            if repeats:
+                count += repeats
+                for at in np.flatnonzero(same.to_numpy(zero_copy_only=False))[: max(0, listed - len(found))]:
+                    found.append((keys[int(at)].as_py(), int(runs_of[at]), int(runs_of[at + 1])))
+        previous = (keys[len(keys) - 1].as_py(), int(runs_of[-1]))
+    return count, found
+
+
+def first_duplicate_blocks(runs: Iterable[Iterable[pa.Array]]) -> tuple[str, int, int] | None:
+    """`first_duplicate` over runs of sorted, duplicate-free Arrow blocks, a batch at a time."""
+    for _, found in first_duplicate_in_blocks(merge_blocks(runs)):
+        if found:
+            return found
+    return None
 
 
 def _next_block(blocks: Iterator[pa.Array]) -> pa.Array | None:

@@ -10,7 +10,6 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-MANIFEST_NAME = "_manifest.json"
 MANIFEST_KIND = "spark-webdataset-manifest-v1"
 SHARD_PATTERN = "shard-{:06d}.tar"
 
@@ -35,6 +34,8 @@ class Manifest:
     fields: list[dict[str, str]]  # [{"name": "png", "type": "binary"}], column order
     options: dict[str, Any]
     run: dict[str, Any] = field(default_factory=dict)
+    # The version's sorted keys (relative path of an Arrow stream): the next append proves its keys new against it.
+    key_run: str | None = None
 
     @property
     def samples(self) -> int:
@@ -54,6 +55,7 @@ class Manifest:
             "key": "__key__",
             "fields": self.fields,
             "options": self.options,
+            "key_run": self.key_run,
             "run": self.run,
         }
         return (json.dumps(document, indent=1, sort_keys=False, ensure_ascii=False) + "\n").encode()
@@ -68,6 +70,7 @@ class Manifest:
             fields=document["fields"],
             options=document["options"],
             run=document.get("run", {}),
+            key_run=document.get("key_run"),
         )
 
     def content(self) -> dict[str, Any]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Iterable, Sequence
 
+from ..errors import InvalidField, InvalidKey, WebDatasetError  # noqa: F401 - WebDatasetError re-exported
+
 KEY_COLUMN = "__key__"
 # Columns readers add or treat as metadata; a user column of this shape
 # would be skipped by readers, so it is refused.
@@ -22,11 +24,7 @@ _RESERVED_PART = re.compile(r"^__.*__$")
 
 # One RE2/Python regex that matches every key some rule refuses; used to
 # scan whole Arrow columns at once, then `key_error` says which rule.
-INVALID_KEY_PATTERN = r"^$|^[/.]|(^|/)\.\.?(/|$)|\x00|(^|/)__[^/]*__(/|$)|\.[^/]*$|/$"
-
-
-class WebDatasetError(ValueError):
-    """Input that cannot be written as a valid WebDataset."""
+INVALID_KEY_PATTERN = r"^$|^[/.]|(^|/)\.\.?(/|$)|\x00|(^|/)__[^/]*__(/|$)|\.[^/]*$|/$|//"
 
 
 def key_error(key: object) -> str | None:
@@ -44,6 +42,8 @@ def key_error(key: object) -> str | None:
     parts = key.split("/")
     if parts[-1] == "":
         return "the key ends with '/' (its last path part is empty)"
+    if "" in parts:
+        return "the key has an empty path part ('//'); 'a//b' and 'a/b' extract to the same file"
     for part in parts:
         if part in (".", ".."):
             return f"the key has a {part!r} path segment"
@@ -61,7 +61,7 @@ def check_key(key: object) -> str:
     """Return `key` if valid, else raise naming the key and the rule."""
     problem = key_error(key)
     if problem:
-        raise WebDatasetError(f"invalid sample key {key!r}: {problem}")
+        raise InvalidKey(f"invalid sample key {key!r}: {problem}")
     return key  # type: ignore[return-value]
 
 
@@ -82,10 +82,17 @@ def field_error(field: str) -> str | None:
     return None
 
 
+def field_name_error(field: str, allow_pax: bool) -> str | None:
+    """Say why a field name cannot go into a portable USTAR header, or None."""
+    if not allow_pax and not field.isascii():
+        return f"field name {field!r} is not ASCII (set option allowPax=true to write PAX headers)"
+    return None
+
+
 def check_fields(columns: Sequence[str]) -> list[str]:
     """Validate a writer's columns; return the field names in column order."""
     if KEY_COLUMN not in columns:
-        raise WebDatasetError(
+        raise InvalidField(
             f"no {KEY_COLUMN!r} column: the DataFrame needs a string column {KEY_COLUMN!r} "
             "holding each sample's key"
         )
@@ -94,14 +101,14 @@ def check_fields(columns: Sequence[str]) -> list[str]:
     for column in columns:
         problem = field_error(column)
         if problem:
-            raise WebDatasetError(f"column {column!r}: {problem}")
+            raise InvalidField(f"column {column!r}: {problem}")
         if column in seen:
-            raise WebDatasetError(f"column {column!r} appears twice: field names must be unique")
+            raise InvalidField(f"column {column!r} appears twice: field names must be unique")
         seen.add(column)
         if column != KEY_COLUMN:
             fields.append(column)
     if not fields:
-        raise WebDatasetError(f"no field columns besides {KEY_COLUMN!r}: a sample needs at least one field")
+        raise InvalidField(f"no field columns besides {KEY_COLUMN!r}: a sample needs at least one field")
     return fields
 
 

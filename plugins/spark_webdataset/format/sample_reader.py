@@ -13,31 +13,11 @@ import re
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterator
 
+from ..errors import TarFormatError
 from .names import split_member_name
 from .ustar import BLOCK
 
 REGULAR_TYPES = (b"0", b"\0", b"7")
-
-
-class TarFormatError(ValueError):
-    """A shard that is not a valid tar or WebDataset; names the offset."""
-
-    def __init__(self, message: str, offset: int, key: str | None = None, shard: str | None = None) -> None:
-        self.message = message
-        self.offset = offset
-        self.key = key
-        self.shard = shard
-        super().__init__(self._text())
-
-    def _text(self) -> str:
-        where = f"{self.shard}: " if self.shard else ""
-        key = f" (key {self.key!r})" if self.key is not None else ""
-        return f"{where}offset {self.offset}{key}: {self.message}"
-
-    def in_shard(self, shard: str) -> "TarFormatError":
-        self.shard = shard
-        self.args = (self._text(),)
-        return self
 
 
 @dataclass

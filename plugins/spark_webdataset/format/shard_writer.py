@@ -20,11 +20,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import BadOption, InvalidField, InvalidKey, InvalidMemberName
 from . import ustar
 from .names import (
     INVALID_KEY_PATTERN,
     USTAR_NAME_BYTES,
-    WebDatasetError,
+    field_name_error,
     first_invalid_key,
     member_name,
     member_name_error,
@@ -98,12 +99,16 @@ class ShardWriter:
         allow_pax: bool = False,
     ) -> None:
         if max_shard_bytes < MIN_SHARD_BYTES:
-            raise WebDatasetError(
+            raise BadOption(
                 f"option maxShardBytes={max_shard_bytes} is smaller than one tar header plus the "
                 f"end-of-archive blocks ({MIN_SHARD_BYTES} bytes)"
             )
         if max_samples_per_shard is not None and max_samples_per_shard < 1:
-            raise WebDatasetError(f"option maxSamplesPerShard={max_samples_per_shard} must be at least 1")
+            raise BadOption(f"option maxSamplesPerShard={max_samples_per_shard} must be at least 1")
+        for name in fields:
+            problem = field_name_error(name, allow_pax)
+            if problem:
+                raise InvalidField(f"column {name!r}: {problem}")
         self.fields = list(fields)
         self._suffixes = [("." + f).encode() for f in self.fields]
         self._open_shard = open_shard
@@ -126,7 +131,7 @@ class ShardWriter:
             found = first_invalid_key(keys.to_pylist())
             if found:
                 row, key, problem = found
-                raise WebDatasetError(f"invalid sample key {key!r} (row {self.samples + row} of this task): {problem}")
+                raise InvalidKey(f"invalid sample key {key!r} (row {self.samples + row} of this task): {problem}")
 
     def _check_samples(self, keys: pa.Array, columns: Sequence[pa.Array]) -> bool:
         """Check that every sample has a member and every name fits; True if the fast path applies."""
@@ -135,7 +140,7 @@ class ShardWriter:
             present = pc.or_(present, pc.is_valid(column))
         if not pc.all(present).as_py():
             row = pc.index(present, False).as_py()
-            raise WebDatasetError(
+            raise InvalidField(
                 f"sample {keys[row].as_py()!r}: every field is null, so the sample would have no "
                 "member and be lost (drop the row or give it a field)"
             )
@@ -150,7 +155,7 @@ class ShardWriter:
                     if column[row].is_valid:
                         problem = member_name_error(member_name(key, field), False)
                         if problem:
-                            raise WebDatasetError(f"sample {key!r}, field {field!r}: {problem}")
+                            raise InvalidMemberName(f"sample {key!r}, field {field!r}: {problem}")
         return False
 
     # -- batch assembly ---------------------------------------------------

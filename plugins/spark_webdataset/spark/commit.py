@@ -1,85 +1,221 @@
-"""The driver's commit: prove keys unique, name shards in partition order, write the manifest last."""
+"""The driver's commit: the only step that decides what becomes final.
+
+Under the version's commit lock it (1) finishes a commit that died
+half-way (its journal), (2) refuses a sealed or published version,
+(3) proves the new keys unique among themselves and against the keys the
+version holds, (4) writes a journal naming every rename and the new
+manifest, then (5) applies it: shards get their final names after the
+last listed one, the manifest is replaced by compare-and-swap, leftovers
+go. An overwrite removes the manifest before its renames, so a reader
+sees the old set, the new set, or "not committed", never a mix; a crash
+after the journal is finished by the next writer (roll forward).
+"""
 
 from __future__ import annotations
 
+import base64
 import datetime
+import json
 import logging
+import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
-from ..format.keys import first_duplicate
-from ..format.manifest import MANIFEST_NAME, Manifest, ShardEntry, shard_name
-from ..format.names import WebDatasetError
-from ..storage import Storage, storage_for
+from ..commit_lock import CommitLock
+from ..errors import ConcurrentCommit, DuplicateKey, FieldMismatch
+from ..format.keys import first_duplicate_in_blocks, merge_blocks
+from ..format.manifest import Manifest, ShardEntry, shard_name
+from ..layout import KEYS_DIR, Version
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from .writer import WebDatasetCommitMessage, WebDatasetWriter
 
 log = logging.getLogger(__name__)
+JOURNAL_KIND = "spark-webdataset-commit-journal-v1"
+KEY_BLOCK = 1 << 14
+SHARD_PREFIX = "shard-"
 
 
-def _keys(storage: Storage, path: str) -> Iterator[str]:
+def read_key_run(version: Version, path: str) -> Iterator["pa.Array"]:
     import pyarrow as pa
 
-    with storage.open_read(path) as stream:
+    with version.storage.open_read(path) as stream:
         for batch in pa.ipc.open_stream(stream):
-            yield from batch.column(0).to_pylist()
+            yield batch.column(0)
 
 
-def read_manifest(storage: Storage, directory: str) -> Manifest | None:
-    path = storage.join(directory, MANIFEST_NAME)
-    if not storage.exists(path):
-        return None
-    return Manifest.from_json(storage.read_bytes(path))
+@dataclass
+class Journal:
+    """What a decided commit does; applying it twice does it once."""
+
+    job_id: str
+    overwrite: bool
+    renames: list[tuple[str, str]]  # staged path -> final name, relative to the version directory
+    manifest: bytes
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "__kind__": JOURNAL_KIND,
+                "job_id": self.job_id,
+                "overwrite": self.overwrite,
+                "renames": self.renames,
+                "manifest": base64.b64encode(self.manifest).decode(),
+            }
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "Journal":
+        document = json.loads(data)
+        return cls(
+            job_id=document["job_id"],
+            overwrite=document["overwrite"],
+            renames=[tuple(pair) for pair in document["renames"]],  # type: ignore[misc]
+            manifest=base64.b64decode(document["manifest"]),
+        )
+
+
+def roll_forward(version: Version, lock: CommitLock) -> bool:
+    """Finish a commit that died after deciding (its journal is there); True if there was one."""
+    storage = version.storage
+    data, _ = storage.read_versioned(version.journal_uri)
+    if data is None:
+        return False
+    journal = Journal.from_json(data)
+    log.warning("webdataset: finishing the interrupted commit of job %s in %s", journal.job_id, version.uri)
+    _apply(version, journal, lock, manifest_token=None, fresh=False)
+    return True
+
+
+def _apply(version: Version, journal: Journal, lock: CommitLock, manifest_token: object, fresh: bool) -> None:
+    storage = version.storage
+    if journal.overwrite:
+        # From here until the new manifest lands the directory is "not committed".
+        if fresh:
+            if manifest_token is not None and not storage.delete_if(version.manifest_uri, manifest_token):
+                storage.delete(version.journal_uri)
+                raise ConcurrentCommit(f"{version.uri}: the manifest changed during the commit (sealed for publishing?)")
+        else:
+            storage.delete(version.manifest_uri)
+        manifest_token = None
+    for staged, final in journal.renames:
+        source = version.path(staged)
+        if storage.exists(source):
+            storage.rename(source, version.path(final))
+        lock.renew()
+    _pause_for_tests()
+    if fresh:
+        if not storage.replace_if(version.manifest_uri, journal.manifest, manifest_token):
+            storage.delete(version.journal_uri)
+            raise ConcurrentCommit(f"{version.uri}: the manifest changed during the commit (sealed for publishing?)")
+    else:
+        storage.write_atomic(version.manifest_uri, journal.manifest)
+    manifest = Manifest.from_json(journal.manifest)
+    listed = {shard.name for shard in manifest.shards}
+    for name in storage.list_sizes(version.uri):
+        if name.startswith(SHARD_PREFIX) and name.endswith(".tar") and name not in listed:
+            storage.delete(version.path(name))
+    keep = manifest.key_run.rsplit("/", 1)[-1] if manifest.key_run else None
+    for name in storage.list_sizes(version.keys_uri):
+        if name != keep:
+            storage.delete(storage.join(version.keys_uri, name))
+    storage.delete(version.journal_uri)
+
+
+def _pause_for_tests() -> None:
+    """Test-only: widen the window between renames and the manifest write (SPARK_WEBDATASET_TEST_COMMIT_PAUSE)."""
+    import os
+
+    pause = os.environ.get("SPARK_WEBDATASET_TEST_COMMIT_PAUSE")
+    if pause:
+        time.sleep(float(pause))
 
 
 def commit_job(writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessage"]) -> Manifest:
-    options = writer.options
-    storage = storage_for(options.path)
+    version = Version.at(writer.options.path)
     messages = sorted(messages, key=lambda m: m.partition)
     try:
-        duplicate = first_duplicate(_keys(storage, m.keys_path) for m in messages if m.keys_path)
-        if duplicate:
-            key, first, second = duplicate
-            raise WebDatasetError(
-                f"duplicate sample key {key!r} in partitions {messages[first].partition} and "
-                f"{messages[second].partition}: a key may appear only once in a dataset"
-            )
-        existing = None if writer.overwrite else read_manifest(storage, options.path)
-        if existing is not None and existing.fields != writer.fields:
-            raise WebDatasetError(
-                f"append to {options.path}: the DataFrame's fields {writer.fields} differ from the "
-                f"manifest's {existing.fields}"
-            )
-        manifest = _finalize(storage, writer, messages, existing)
+        with CommitLock(version, writer.job_id, lease_seconds=writer.options.commit_lease_seconds) as lock:
+            roll_forward(version, lock)
+            version.check_writable()
+            manifest_bytes, token = version.read_manifest_bytes()
+            if writer.options.test_commit_delay:
+                time.sleep(writer.options.test_commit_delay)  # test-only: make two commits overlap
+            existing = None if writer.overwrite or manifest_bytes is None else Manifest.from_json(manifest_bytes)
+            if existing is not None and [f["name"] for f in existing.fields] != [f["name"] for f in writer.fields]:
+                raise FieldMismatch(
+                    f"append to {version.uri}: the DataFrame's fields {[f['name'] for f in writer.fields]} differ "
+                    f"from the version's {[f['name'] for f in existing.fields]}"
+                )
+            key_run = _merge_keys(version, writer, messages, existing)
+            lock.renew()
+            journal = _plan(version, writer, messages, existing, key_run)
+            version.storage.write_atomic(version.journal_uri, journal.to_json())
+            _apply(version, journal, lock, token, fresh=True)
     finally:
-        writer.remove_staging()
+        writer.remove_own_staging()
+    manifest = Manifest.from_json(journal.manifest)
     log.info(
         "webdataset: committed %d shards, %d samples, %d bytes to %s",
         len(manifest.shards),
         manifest.samples,
         manifest.bytes,
-        options.path,
+        version.uri,
     )
     return manifest
 
 
-def _finalize(
-    storage: Storage,
+def _merge_keys(
+    version: Version,
     writer: "WebDatasetWriter",
     messages: list["WebDatasetCommitMessage"],
     existing: Manifest | None,
-) -> Manifest:
-    directory = writer.options.path
+) -> str:
+    """Merge the tasks' sorted key runs (and the version's, on append) into one run; raise on a duplicate."""
+    import pyarrow as pa
+
+    sources: list[str] = []
+    owners: list[str] = []
+    if existing is not None and existing.key_run:
+        sources.append(version.path(existing.key_run))
+        owners.append(f"the version's {len(existing.shards)} committed shard(s)")
+    for message in messages:
+        if message.keys_path:
+            sources.append(message.keys_path)
+            owners.append(f"partition {message.partition}")
+    serial = int(existing.key_run.rsplit("/", 1)[-1].split(".")[0]) + 1 if existing and existing.key_run else 0
+    staged = version.storage.join(writer.staging_root, f"keys-{serial:06d}.arrow")
+    schema = pa.schema([("key", pa.large_string())])
+    with version.storage.open_write(staged) as stream, pa.ipc.new_stream(stream, schema) as ipc:
+        blocks = merge_blocks(read_key_run(version, path) for path in sources)
+        for keys, found in first_duplicate_in_blocks(blocks):
+            if found:
+                key, first, second = found
+                raise DuplicateKey(
+                    f"duplicate sample key {key!r} in {owners[first]} and {owners[second]} of {version.uri}: "
+                    "a key may appear only once in a version"
+                )
+            for start in range(0, len(keys), KEY_BLOCK):
+                ipc.write_batch(pa.record_batch([keys.slice(start, KEY_BLOCK)], schema=schema))
+    return staged
+
+
+def _plan(
+    version: Version,
+    writer: "WebDatasetWriter",
+    messages: list["WebDatasetCommitMessage"],
+    existing: Manifest | None,
+    staged_keys: str,
+) -> Journal:
     kept = list(existing.shards) if existing else []
-    if writer.overwrite:
-        # No manifest while the shards switch: the directory is "not written"
-        # rather than a manifest that disagrees with its files.
-        storage.delete(storage.join(directory, MANIFEST_NAME))
+    renames: list[tuple[str, str]] = []
     entries: list[ShardEntry] = []
     for message in messages:
         for shard in message.shards:
             name = shard_name(len(kept) + len(entries))
-            storage.rename(storage.join(message.staging, f"{shard.sequence:06d}.tar"), storage.join(directory, name))
+            renames.append((_relative(version, version.storage.join(message.staging, f"{shard.sequence:06d}.tar")), name))
             entries.append(
                 ShardEntry(
                     name=name,
@@ -90,24 +226,29 @@ def _finalize(
                     last_key=shard.last_key,
                 )
             )
-    shards = kept + entries
-    listed = {shard.name for shard in shards}
-    for name in storage.list_sizes(directory):
-        if name.startswith("shard-") and name.endswith(".tar") and name not in listed:
-            storage.delete(storage.join(directory, name))
+    key_run = f"{KEYS_DIR}/{staged_keys.rsplit('/', 1)[-1][len('keys-'):]}"
+    renames.append((_relative(version, staged_keys), key_run))
+    previous_run = dict(existing.run) if existing else {}
     manifest = Manifest(
-        shards=shards,
+        shards=kept + entries,
         fields=writer.fields,
         options=writer.options.manifest_options(),
+        key_run=key_run,
         run={
             "spark_application_id": writer.application_id,
             "job_id": writer.job_id,
             "mode": "overwrite" if writer.overwrite else "append",
+            "commits": int(previous_run.get("commits", 0)) + 1,
             "committed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "oversize_samples": [
-                shard.first_key for message in messages for shard in message.shards if shard.oversize
-            ],
+            "oversize_samples": list(previous_run.get("oversize_samples", []))
+            + [shard.first_key for message in messages for shard in message.shards if shard.oversize],
         },
     )
-    storage.write_atomic(storage.join(directory, MANIFEST_NAME), manifest.to_json())
-    return manifest
+    return Journal(writer.job_id, writer.overwrite, renames, manifest.to_json())
+
+
+def _relative(version: Version, path: str) -> str:
+    prefix = version.uri.rstrip("/") + "/"
+    if not path.startswith(prefix):
+        raise ValueError(f"{path} is not inside {version.uri}")
+    return path[len(prefix) :]

@@ -23,7 +23,7 @@ class WebDatasetDataSource(DataSource):
     def schema(self) -> StructType:
         from .reader import ReadOptions, default_schema
 
-        return default_schema(ReadOptions.parse(self.options).path)
+        return default_schema(ReadOptions.parse(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from .reader import ReadOptions, WebDatasetReader

@@ -5,33 +5,60 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..format.names import WebDatasetError
+from ..errors import BadOption
 from ..format.shard_writer import MIN_SHARD_BYTES
 from ..format.sizes import parse_size
+from ..format.ustar import MAX_USTAR_SIZE
 
 DEFAULT_MAX_SHARD_BYTES = 3 * 1024**3
 # Test-only: inject a task failure ("raise" or "exit") into the first attempt
 # of the listed partitions, e.g. "exit:0,1". Never set it in production.
 TEST_FAULT_OPTION = "_testfault"
-_KNOWN = {"path", "maxshardbytes", "maxsamplespershard", "mtime", "allowpax", TEST_FAULT_OPTION}
+# Test-only: sleep this many seconds inside the commit (under its lock), so two commits overlap.
+TEST_COMMIT_DELAY_OPTION = "_testcommitdelay"
+# The commit lock's lease: how long a dead committer blocks the next one.
+COMMIT_LEASE_OPTION = "commitleaseseconds"
+DEFAULT_COMMIT_LEASE_SECONDS = 120.0
+_KNOWN = {
+    "path",
+    "maxshardbytes",
+    "maxsamplespershard",
+    "mtime",
+    "allowpax",
+    COMMIT_LEASE_OPTION,
+    TEST_FAULT_OPTION,
+    TEST_COMMIT_DELAY_OPTION,
+}
 
 
-def _bool(name: str, value: str) -> bool:
+def parse_bool(name: str, value: object) -> bool:
+    """The one boolean parser of read and write options."""
     text = str(value).strip().lower()
     if text in ("true", "1", "yes"):
         return True
     if text in ("false", "0", "no"):
         return False
-    raise WebDatasetError(f"option {name}={value!r} must be true or false")
+    raise BadOption(f"option {name}={value!r} must be true or false")
 
 
-def _int(name: str, value: str, minimum: int) -> int:
+def parse_int(name: str, value: object, minimum: int, maximum: int | None = None) -> int:
     try:
         number = int(str(value).strip())
     except ValueError:
-        raise WebDatasetError(f"option {name}={value!r} is not a whole number") from None
-    if number < minimum:
-        raise WebDatasetError(f"option {name}={value!r} must be at least {minimum}")
+        raise BadOption(f"option {name}={value!r} is not a whole number") from None
+    if number < minimum or (maximum is not None and number > maximum):
+        bounds = f"at least {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise BadOption(f"option {name}={value!r} must be {bounds}")
+    return number
+
+
+def parse_seconds(name: str, value: object) -> float:
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise BadOption(f"option {name}={value!r} is not a number of seconds") from None
+    if number < 0:
+        raise BadOption(f"option {name}={value!r} must not be negative")
     return number
 
 
@@ -42,26 +69,28 @@ class WriteOptions:
     max_samples_per_shard: int | None = None
     mtime: int = 0
     allow_pax: bool = False
+    commit_lease_seconds: float = DEFAULT_COMMIT_LEASE_SECONDS
     test_fault: str | None = None
+    test_commit_delay: float = 0.0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "WriteOptions":
         lowered = {str(k).lower(): v for k, v in options.items()}
         unknown = sorted(set(lowered) - _KNOWN)
         if unknown:
-            raise WebDatasetError(
+            raise BadOption(
                 f"unknown option(s) {', '.join(unknown)} for format webdataset "
                 "(known: maxShardBytes, maxSamplesPerShard, mtime, allowPax)"
             )
         path = lowered.get("path")
         if not path:
-            raise WebDatasetError("no path: call .save(uri) with the version directory to write")
+            raise BadOption("no path: call .save(uri) with the version directory to write")
         try:
             max_bytes = parse_size(lowered.get("maxshardbytes", DEFAULT_MAX_SHARD_BYTES), "maxShardBytes")
         except ValueError as error:
-            raise WebDatasetError(str(error)) from None
+            raise BadOption(str(error)) from None
         if max_bytes < MIN_SHARD_BYTES:
-            raise WebDatasetError(
+            raise BadOption(
                 f"option maxShardBytes={lowered.get('maxshardbytes')} is smaller than one tar header "
                 f"plus the end-of-archive blocks ({MIN_SHARD_BYTES} bytes)"
             )
@@ -69,10 +98,14 @@ class WriteOptions:
         return cls(
             path=path.rstrip("/"),
             max_shard_bytes=max_bytes,
-            max_samples_per_shard=_int("maxSamplesPerShard", max_samples, 1) if max_samples else None,
-            mtime=_int("mtime", lowered.get("mtime", "0"), 0),
-            allow_pax=_bool("allowPax", lowered.get("allowpax", "false")),
+            max_samples_per_shard=parse_int("maxSamplesPerShard", max_samples, 1) if max_samples else None,
+            mtime=parse_int("mtime", lowered.get("mtime", "0"), 0, MAX_USTAR_SIZE),
+            allow_pax=parse_bool("allowPax", lowered.get("allowpax", "false")),
+            commit_lease_seconds=parse_seconds(
+                "commitLeaseSeconds", lowered.get(COMMIT_LEASE_OPTION, DEFAULT_COMMIT_LEASE_SECONDS)
+            ),
             test_fault=lowered.get(TEST_FAULT_OPTION),
+            test_commit_delay=parse_seconds("_testCommitDelay", lowered.get(TEST_COMMIT_DELAY_OPTION, 0)),
         )
 
     def manifest_options(self) -> dict[str, Any]:

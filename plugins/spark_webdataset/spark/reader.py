@@ -18,9 +18,12 @@ from typing import Iterator, Sequence
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from ..format.manifest import MANIFEST_NAME, Manifest
-from ..format.names import KEY_COLUMN, WebDatasetError
+from ..errors import BadOption, InputError, ManifestChanged, TarFormatError
+from ..format.manifest import Manifest, ShardEntry
+from ..format.names import KEY_COLUMN
+from ..layout import Dataset, Version
 from ..storage import storage_for
+from .options import parse_bool
 
 log = logging.getLogger(__name__)
 URL_COLUMN = "__url__"
@@ -41,16 +44,14 @@ class ReadOptions:
         known = {"path", "paths", "skipbadshards", "badshardsdir"}
         unknown = sorted(set(lowered) - known)
         if unknown:
-            raise WebDatasetError(
+            raise BadOption(
                 f"unknown read option(s) {', '.join(unknown)} for format webdataset (known: skipBadShards, badShardsDir)"
             )
         path = lowered.get("path")
         if not path:
-            raise WebDatasetError("no path: call .load(uri) with a version directory, dataset root or shard pattern")
-        skip = str(lowered.get("skipbadshards", "false")).lower()
-        if skip not in ("true", "false"):
-            raise WebDatasetError(f"option skipBadShards={skip!r} must be true or false")
-        return cls(path=path, skip_bad_shards=skip == "true", bad_shards_dir=lowered.get("badshardsdir"))
+            raise BadOption("no path: call .load(uri) with a version directory, dataset root or shard pattern")
+        skip = parse_bool("skipBadShards", lowered.get("skipbadshards", "false"))
+        return cls(path=path, skip_bad_shards=skip, bad_shards_dir=lowered.get("badshardsdir"))
 
 
 def _expand_braces(pattern: str) -> list[str]:
@@ -67,23 +68,26 @@ def _match(pattern: str) -> list[str]:
 
 
 def resolve(uri: str) -> tuple[list[str], Manifest | None]:
-    """The shard URLs `uri` names, and the manifest that lists them if there is one."""
+    """The shard URLs `uri` names, and the manifest that lists them if there is one.
+
+    A dataset root reads its LATEST version (checked against its publish
+    record); a directory our writer staged into reads its manifest or is
+    refused as not committed; a plain directory of tars (other tools'
+    shards) and an explicit pattern list tars.
+    """
     storage = storage_for(uri)
     base = uri.rstrip("/")
     if not any(c in base for c in "*?[{"):
-        latest = storage.join(base, "LATEST")
-        if storage.exists(latest):
-            version = storage.read_bytes(latest).decode().strip()
-            base = storage.join(base, "versions", version)
-        manifest_path = storage.join(base, MANIFEST_NAME)
-        if storage.exists(manifest_path):
-            manifest = Manifest.from_json(storage.read_bytes(manifest_path))
-            return [storage.join(base, shard.name) for shard in manifest.shards], manifest
+        dataset = Dataset(base)
+        version = dataset.latest_version() if dataset.is_dataset_root() else Version.at(base)
+        manifest = version.committed_manifest()
+        if manifest is not None:
+            return [version.shard_uri(shard.name) for shard in manifest.shards], manifest
         if base.endswith(".tar") and storage.exists(base):
             return [base], None
         names = sorted(n for n in storage.list_sizes(base) if n.endswith(".tar"))
         if not names:
-            raise WebDatasetError(f"{uri}: no manifest, LATEST or .tar shards there")
+            raise InputError(f"{uri}: no manifest, LATEST or .tar shards there")
         return [storage.join(base, n) for n in names], None
     urls: list[str] = []
     for pattern in _expand_braces(base):
@@ -92,29 +96,38 @@ def resolve(uri: str) -> tuple[list[str], Manifest | None]:
         elif storage.exists(pattern):
             urls.append(pattern)
         else:
-            raise WebDatasetError(f"shard {pattern} (from pattern {uri}) does not exist")
+            raise InputError(f"shard {pattern} (from pattern {uri}) does not exist")
     if not urls:
-        raise WebDatasetError(f"{uri}: the pattern matches no shard")
+        raise InputError(f"{uri}: the pattern matches no shard")
     return urls, None
 
 
-def infer_fields(url: str) -> list[str]:
-    """Fields seen in the first samples of a shard, in first-seen order."""
+def infer_fields(urls: Sequence[str], skip_bad_shards: bool = False) -> list[str]:
+    """Fields seen in the first samples of the first good shard, in first-seen order."""
     from ..format.sample_reader import iter_samples
 
-    storage = storage_for(url)
-    fields: dict[str, None] = {}
-    with storage.open_read(url) as stream:
-        for count, sample in enumerate(iter_samples(stream, fields=set())):
-            fields.update(dict.fromkeys(sample.fields))
-            if count >= INFER_SAMPLES:
-                break
-    return list(fields)
+    for url in urls:
+        storage = storage_for(url)
+        fields: dict[str, None] = {}
+        try:
+            with storage.open_read(url) as stream:
+                for count, sample in enumerate(iter_samples(stream, fields=set())):
+                    fields.update(dict.fromkeys(sample.fields))
+                    if count >= INFER_SAMPLES:
+                        break
+        except TarFormatError as error:
+            error.in_shard(url)
+            if not skip_bad_shards:
+                raise TarFormatError(f"cannot infer the fields: {error.message}", error.offset, error.key, url) from None
+            log.warning("webdataset: skipped bad shard %s while inferring the fields: %s", url, error)
+            continue
+        return list(fields)
+    raise InputError(f"no readable shard to infer the fields from among {len(urls)} (all were bad)")
 
 
-def default_schema(uri: str) -> StructType:
-    urls, manifest = resolve(uri)
-    names = [f["name"] for f in manifest.fields] if manifest else infer_fields(urls[0])
+def default_schema(options: ReadOptions) -> StructType:
+    urls, manifest = resolve(options.path)
+    names = [f["name"] for f in manifest.fields] if manifest else infer_fields(urls, options.skip_bad_shards)
     return StructType(
         [StructField(KEY_COLUMN, StringType(), False), StructField(URL_COLUMN, StringType(), False)]
         + [StructField(name, BinaryType(), True) for name in names]
@@ -125,6 +138,7 @@ def default_schema(uri: str) -> StructType:
 class ShardPartition(InputPartition):
     url: str
     index: int
+    expected: ShardEntry | None = None  # from the manifest: the shard must still be this one
 
 
 class WebDatasetReader(DataSourceReader):
@@ -133,27 +147,26 @@ class WebDatasetReader(DataSourceReader):
         self.schema = schema
         names = [f.name for f in schema.fields]
         if KEY_COLUMN not in names:
-            raise WebDatasetError(f"the read schema must hold {KEY_COLUMN!r} (a string)")
+            raise BadOption(f"the read schema must hold {KEY_COLUMN!r} (a string)")
         self.fields = [f.name for f in schema.fields if f.name not in (KEY_COLUMN, URL_COLUMN)]
-        self.urls, _ = resolve(options.path)
+        self.urls, manifest = resolve(options.path)
+        self.entries: list[ShardEntry | None] = list(manifest.shards) if manifest else [None] * len(self.urls)
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [ShardPartition(url, index) for index, url in enumerate(self.urls)]
+        return [ShardPartition(url, index, entry) for index, (url, entry) in enumerate(zip(self.urls, self.entries))]
 
     def read(self, partition: ShardPartition) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
-        from ..format.sample_reader import TarFormatError
-
         try:
             if self.options.skip_bad_shards:
                 _check_structure(partition.url)
-            yield from self._batches(partition.url)
+            yield from self._batches(partition.url, partition.expected)
         except TarFormatError as error:
             error.in_shard(partition.url)
             if not self.options.skip_bad_shards:
-                raise WebDatasetError(f"bad shard: {error}") from None
+                raise TarFormatError(f"bad shard: {error.message}", error.offset, error.key, partition.url) from None
             self._record_bad_shard(partition, error)
 
-    def _batches(self, url: str) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
+    def _batches(self, url: str, expected: ShardEntry | None) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -178,8 +191,12 @@ class WebDatasetReader(DataSourceReader):
                     arrays.append(decode_column(columns[field.name], field.type, field.name, keys))
             return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
+        count, first_key, last_key = 0, None, None
         with storage.open_read(url) as stream:
             for sample in iter_samples(stream, fields=wanted):
+                count += 1
+                first_key = sample.key if first_key is None else first_key
+                last_key = sample.key
                 keys.append(sample.key)
                 for name in self.fields:
                     value = sample.fields.get(name)
@@ -188,6 +205,16 @@ class WebDatasetReader(DataSourceReader):
                 if len(keys) >= BATCH_ROWS or size >= BATCH_BYTES:
                     yield flush()
                     keys, columns, size = [], {name: [] for name in self.fields}, 0
+        if expected is not None and (count, first_key, last_key) != (
+            expected.samples,
+            expected.first_key,
+            expected.last_key,
+        ):
+            raise ManifestChanged(
+                f"{url}: the shard holds {count} samples ({first_key!r}..{last_key!r}) but the manifest read "
+                f"when the query started lists {expected.samples} ({expected.first_key!r}..{expected.last_key!r}): "
+                "the version was overwritten while it was read; read it again"
+            )
         if keys:
             yield flush()
 

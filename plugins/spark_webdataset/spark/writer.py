@@ -31,14 +31,15 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..format.names import KEY_COLUMN, WebDatasetError, check_fields
+from ..errors import InvalidField
+from ..format.names import KEY_COLUMN, check_fields, field_name_error
 from ..format.shard_writer import ShardInfo
-from ..storage import storage_for
+from ..layout import WRITER_MARK, Version
 from .options import WriteOptions
+from .staging import clean_dead_staging, remove_staging, write_lease
 
 log = logging.getLogger(__name__)
 
-STAGING_DIR = "_staging"
 KEYS_FILE = "keys.arrow"
 _ENCODABLE = (
     BinaryType,
@@ -71,13 +72,17 @@ class WebDatasetCommitMessage(WriterCommitMessage):
         return sum(shard.samples for shard in self.shards)
 
 
-def check_schema(schema: StructType) -> list[dict[str, str]]:
+def check_schema(schema: StructType, allow_pax: bool = False) -> list[dict[str, str]]:
     """Fields (name, Spark type) in column order; raises on anything we cannot write."""
     names = check_fields([f.name for f in schema.fields])
+    for name in names:
+        problem = field_name_error(name, allow_pax)
+        if problem:
+            raise InvalidField(f"column {name!r}: {problem}")
     by_name = {f.name: f for f in schema.fields}
     key_type = by_name[KEY_COLUMN].dataType
     if not isinstance(key_type, StringType):
-        raise WebDatasetError(
+        raise InvalidField(
             f"column {KEY_COLUMN!r} has type {key_type.simpleString()}; the key must be a string "
             f"(cast it: df.withColumn({KEY_COLUMN!r}, col({KEY_COLUMN!r}).cast('string')))"
         )
@@ -85,7 +90,7 @@ def check_schema(schema: StructType) -> list[dict[str, str]]:
     for name in names:
         data_type: DataType = by_name[name].dataType
         if not isinstance(data_type, _ENCODABLE):
-            raise WebDatasetError(
+            raise InvalidField(
                 f"column {name!r} has type {data_type.simpleString()}, which webdataset cannot encode "
                 "(use binary, string, numbers, boolean, date, timestamp, struct, map or array)"
             )
@@ -98,23 +103,36 @@ class WebDatasetWriter(DataSourceArrowWriter):
         self, options: WriteOptions, schema: StructType, overwrite: bool, application_id: str | None = None
     ) -> None:
         self.options = options
-        self.fields = check_schema(schema)
+        self.fields = check_schema(schema, options.allow_pax)
         self.overwrite = overwrite
         self.job_id = uuid.uuid4().hex
         self.application_id = application_id
-        storage = storage_for(options.path)
-        # A job that died before commit or abort left its staging behind: the
-        # next job on this directory removes it (one writer per directory).
-        storage.delete_tree(storage.join(options.path, STAGING_DIR))
+        version = self.version
+        # Refuse before a byte is written; a commit that died half-way is finished first.
+        version.check_writable()
+        if version.storage.exists(version.journal_uri):
+            from ..commit_lock import CommitLock
+            from .commit import roll_forward
+
+            with CommitLock(version, self.job_id, lease_seconds=options.commit_lease_seconds) as lock:
+                roll_forward(version, lock)
+        if not version.storage.exists(version.mark_uri):
+            version.storage.write_atomic(version.mark_uri, WRITER_MARK)
+        clean_dead_staging(version, self.job_id)
+        write_lease(version, self.job_id)
+
+    @property
+    def version(self) -> Version:
+        return Version.at(self.options.path)
 
     @property
     def staging_root(self) -> str:
         """Every attempt of this job stages below here."""
-        return storage_for(self.options.path).join(self.options.path, STAGING_DIR, self.job_id)
+        version = self.version
+        return version.storage.join(version.staging_uri, self.job_id)
 
-    def remove_staging(self) -> None:
-        storage = storage_for(self.options.path)
-        storage.delete_tree(storage.join(self.options.path, STAGING_DIR))
+    def remove_own_staging(self) -> None:
+        remove_staging(self.version, self.job_id)
 
     # -- executors --------------------------------------------------------
 
@@ -130,7 +148,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
         partition = context.partitionId() if context else 0
         attempt = context.attemptNumber() if context else 0
         task_attempt_id = context.taskAttemptId() if context else 0
-        storage = storage_for(self.options.path)
+        storage = self.version.storage
         staging = storage.join(self.staging_root, f"p{partition:05d}-a{attempt}-t{task_attempt_id}")
         names = [f["name"] for f in self.fields]
         writer = ShardWriter(
@@ -191,8 +209,16 @@ class WebDatasetWriter(DataSourceArrowWriter):
     def abort(self, messages: List[Optional[WebDatasetCommitMessage]]) -> None:
         # Sibling tasks may still be writing: sweep a few times; the next job
         # on this directory removes whatever lands after the last sweep.
-        for _ in range(3):
-            self.remove_staging()
-            time.sleep(0.5)
+        for pause in (0.0, 0.2, 0.5):
+            time.sleep(pause)
+            self.remove_own_staging()
+        version = self.version
+        storage = version.storage
+        # A write that never committed into a fresh directory leaves nothing, not even our mark.
+        if not any(storage.exists(p) for p in (version.manifest_uri, version.journal_uri)) and not storage.list_dirs(
+            version.staging_uri
+        ):
+            storage.delete(version.mark_uri)
+            storage.remove_empty_dir(version.uri)
         log.warning("webdataset write to %s aborted; staged files removed", self.options.path)
 

@@ -6,7 +6,8 @@ this interface, so a `gs://` root works wherever a local path does.
 
 from __future__ import annotations
 
-from .base import Storage, StorageError
+from ..errors import StorageError, UnsupportedScheme
+from .base import Storage
 from .local import LocalStorage
 
 
@@ -17,7 +18,7 @@ def storage_for(uri: str) -> Storage:
 
         return GCSStorage()
     if "://" in uri and not uri.startswith("file://"):
-        raise StorageError(f"{uri}: unsupported scheme (use a local path, file:// or gs://)")
+        raise UnsupportedScheme(f"{uri}: unsupported URI scheme {uri.split('://')[0]!r} (use a local path, file:// or gs://)")
     return LocalStorage()
 
 

@@ -6,12 +6,9 @@ from abc import ABC, abstractmethod
 from typing import BinaryIO
 
 
-class StorageError(RuntimeError):
-    """A storage operation failed; the message names the object."""
+from ..errors import PreconditionFailed, StorageError
 
-
-class PreconditionFailed(StorageError):
-    """A create-only put found the object there already."""
+__all__ = ["PreconditionFailed", "Storage", "StorageError"]
 
 
 class Storage(ABC):
@@ -63,6 +60,18 @@ class Storage(ABC):
     @abstractmethod
     def replace_if(self, path: str, data: bytes, token: object) -> bool:
         """Compare-and-swap: write only if the object is still as `read_versioned` saw it."""
+
+    @abstractmethod
+    def delete_if(self, path: str, token: object) -> bool:
+        """Delete only if the object is still as `read_versioned` saw it."""
+
+    @abstractmethod
+    def newest_modification(self, directory: str) -> float | None:
+        """Epoch seconds of the newest change to any object below `directory` (recursive); None if empty."""
+
+    @abstractmethod
+    def remove_empty_dir(self, directory: str) -> None:
+        """Remove `directory` if it holds nothing (object stores have no directories: a no-op)."""
 
     def read_bytes(self, path: str) -> bytes:
         with self.open_read(path) as stream:

@@ -15,7 +15,8 @@ import functools
 import os
 from typing import BinaryIO
 
-from .base import PreconditionFailed, Storage, StorageError
+from ..errors import MissingCredentials, PreconditionFailed, StorageError
+from .base import Storage
 
 UPLOAD_CHUNK_BYTES = 16 * 1024 * 1024  # resumable upload chunk: the writer's memory per shard
 READ_CHUNK_BYTES = 8 * 1024 * 1024
@@ -39,7 +40,16 @@ def _client_for_process(pid: int, emulator: str | None):
         from google.auth.credentials import AnonymousCredentials
 
         return storage.Client(project=project or "emulator", credentials=AnonymousCredentials())
-    return storage.Client(project=project)
+    from google.auth.exceptions import DefaultCredentialsError
+
+    try:
+        return storage.Client(project=project)
+    except DefaultCredentialsError as error:
+        raise MissingCredentials(
+            "gs:// needs Google Cloud credentials: Application Default Credentials "
+            "(`gcloud auth application-default login`, GOOGLE_APPLICATION_CREDENTIALS, or a service "
+            f"account on GCE/Dataproc/GKE), or STORAGE_EMULATOR_HOST for an emulator ({error})"
+        ) from None
 
 
 def client():
@@ -109,6 +119,15 @@ class GCSStorage(Storage):
         except exceptions.NotFound:
             pass
 
+    def newest_modification(self, directory: str) -> float | None:
+        bucket, prefix = split(directory)
+        prefix = prefix.rstrip("/") + "/"
+        times = [blob.updated.timestamp() for blob in client().list_blobs(bucket, prefix=prefix, retry=_retry())]
+        return max(times) if times else None
+
+    def remove_empty_dir(self, directory: str) -> None:
+        pass
+
     def delete_tree(self, directory: str) -> None:
         from google.api_core import exceptions
 
@@ -171,3 +190,14 @@ class GCSStorage(Storage):
 
     def replace_if(self, path: str, data: bytes, token: object) -> bool:
         return self._conditional_put(path, data, int(token or 0))
+
+    def delete_if(self, path: str, token: object) -> bool:
+        from google.api_core import exceptions
+
+        try:
+            self._blob(path).delete(if_generation_match=int(token or 0), retry=_retry())
+        except exceptions.NotFound:
+            return False  # gone already: a retried delete whose first attempt landed, or someone else's
+        except exceptions.PreconditionFailed:
+            return False
+        return True

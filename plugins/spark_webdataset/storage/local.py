@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
 import uuid
-from typing import BinaryIO
+from typing import BinaryIO, Iterator
 
-from .base import PreconditionFailed, Storage, StorageError
+from ..errors import PreconditionFailed, StorageError
+from .base import Storage
 
 
 def local_path(uri: str) -> str:
@@ -60,6 +62,23 @@ class LocalStorage(Storage):
         except FileNotFoundError:
             pass
 
+    def newest_modification(self, directory: str) -> float | None:
+        newest = None
+        for base, _, files in os.walk(local_path(directory)):
+            for name in [*files, "."]:
+                try:
+                    mtime = os.stat(os.path.join(base, name)).st_mtime
+                except FileNotFoundError:
+                    continue
+                newest = mtime if newest is None else max(newest, mtime)
+        return newest
+
+    def remove_empty_dir(self, directory: str) -> None:
+        try:
+            os.rmdir(local_path(directory))
+        except OSError:
+            pass  # not empty, or gone
+
     def delete_tree(self, directory: str) -> None:
         shutil.rmtree(local_path(directory), ignore_errors=True)
 
@@ -96,23 +115,40 @@ class LocalStorage(Storage):
         _fsync_dir(os.path.dirname(path) or ".")
 
     def read_versioned(self, path: str) -> tuple[bytes | None, object]:
+        # The token is the file's identity as well as its bytes, like a GCS
+        # generation: rewriting the same bytes still changes it.
         try:
             with open(local_path(path), "rb") as stream:
                 data = stream.read()
+                status = os.fstat(stream.fileno())
         except FileNotFoundError:
             return None, None
-        return data, data
+        return data, (status.st_ino, status.st_mtime_ns, data)
+
+    @contextlib.contextmanager
+    def _locked(self, path: str) -> Iterator[None]:
+        # A lock file beside the object serializes writers across processes;
+        # readers never take it (the replace itself is atomic).
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        lock_path = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.lock")
+        with open(lock_path, "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
 
     def replace_if(self, path: str, data: bytes, token: object) -> bool:
         path = local_path(path)
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        # A lock file beside the object serializes writers across processes;
-        # readers never take it (the replace itself is atomic).
-        lock_path = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.lock")
-        with open(lock_path, "a+b") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            current, _ = self.read_versioned(path)
+        with self._locked(path):
+            _, current = self.read_versioned(path)
             if current != token:
                 return False
             self.write_atomic(path, data)
+            return True
+
+    def delete_if(self, path: str, token: object) -> bool:
+        path = local_path(path)
+        with self._locked(path):
+            _, current = self.read_versioned(path)
+            if current != token:
+                return False
+            self.delete(path)
             return True

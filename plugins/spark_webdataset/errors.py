@@ -1,0 +1,159 @@
+"""Every error spark-webdataset raises, in one hierarchy.
+
+Messages name the key, column, option, shard or version and the rule it
+broke; callers and tests tell errors apart by type, never by text. The
+module imports nothing, so the format core can use it too.
+
+Errors raised inside Spark (task or driver-side Python workers) reach the
+caller as Spark exceptions whose text holds the Python traceback;
+`from_spark` turns such a text back into the typed error.
+"""
+
+from __future__ import annotations
+
+import re
+
+
+class WebDatasetError(Exception):
+    """Base of every error of ours."""
+
+
+# -- bad input: the caller must change something (exit code 2) -------------
+
+
+class InputError(WebDatasetError, ValueError):
+    """Input, an option or an argument that cannot be accepted."""
+
+
+class InvalidKey(InputError):
+    """A sample key that breaks a WebDataset key rule."""
+
+
+class DuplicateKey(InputError):
+    """A key that appears twice in a version (within a write or across appends)."""
+
+
+class InvalidField(InputError):
+    """A column/field name or type that cannot become a tar member."""
+
+
+class InvalidMemberName(InputError):
+    """A member name that a portable USTAR header cannot hold."""
+
+
+class BadOption(InputError):
+    """A read/write option or command-line argument with a bad value."""
+
+
+class InvalidVersionId(InputError):
+    """A version id outside `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`."""
+
+
+class FieldMismatch(InputError):
+    """An append whose fields differ from the version's."""
+
+
+# -- shards that break the format -------------------------------------------
+
+
+class TarFormatError(WebDatasetError, ValueError):
+    """A shard that is not a valid tar or WebDataset; names the offset (and shard, key)."""
+
+    def __init__(self, message: str, offset: int, key: str | None = None, shard: str | None = None) -> None:
+        self.message = message
+        self.offset = offset
+        self.key = key
+        self.shard = shard
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        where = f"{self.shard}: " if self.shard else ""
+        key = f" (key {self.key!r})" if self.key is not None else ""
+        return f"{where}offset {self.offset}{key}: {self.message}"
+
+    def in_shard(self, shard: str) -> "TarFormatError":
+        self.shard = shard
+        self.args = (self._text(),)
+        return self
+
+    def __reduce__(self):  # picklable across Spark/process-pool workers
+        return (type(self), (self.message, self.offset, self.key, self.shard))
+
+
+# -- the versioning promise ------------------------------------------------
+
+
+class VersionError(WebDatasetError):
+    """A version's state forbids the operation."""
+
+
+class VersionSealed(VersionError):
+    """A write into a sealed or published version (published versions are immutable)."""
+
+
+class NotCommitted(VersionError):
+    """A directory our writer staged into but whose commit never finished."""
+
+
+class ConcurrentCommit(VersionError):
+    """Another writer or publisher changed the version while this commit ran."""
+
+
+class ManifestChanged(VersionError):
+    """A published version's manifest no longer matches its publish record, or a shard its manifest."""
+
+
+class PublishRefused(VersionError):
+    """Publishing was refused (not validated, invalid, or published with another manifest)."""
+
+
+class NotValid(VersionError):
+    """Validation found defects in the version."""
+
+
+# -- storage -----------------------------------------------------------------
+
+
+class StorageError(WebDatasetError, RuntimeError):
+    """A storage operation failed; the message names the object."""
+
+
+class PreconditionFailed(StorageError):
+    """A create-only or compare-and-swap write found the object changed."""
+
+
+class UnsupportedScheme(StorageError, InputError):
+    """A URI scheme we have no storage for."""
+
+
+class MissingCredentials(StorageError, InputError):
+    """gs:// without Application Default Credentials (or STORAGE_EMULATOR_HOST)."""
+
+
+_BY_NAME: dict[str, type[WebDatasetError]] = {}
+
+
+def _collect(base: type[WebDatasetError]) -> None:
+    _BY_NAME[base.__name__] = base
+    for sub in base.__subclasses__():
+        _collect(sub)
+
+
+_TRACEBACK_LINE = re.compile(r"spark_webdataset\.errors\.(\w+): (.*)")
+
+
+def from_spark(error: BaseException) -> WebDatasetError | None:
+    """The error of ours behind a Spark failure (its last one in the traceback text), or None."""
+    if isinstance(error, WebDatasetError):
+        return error
+    if not _BY_NAME:
+        _collect(WebDatasetError)
+    found = None
+    for match in _TRACEBACK_LINE.finditer(str(error)):
+        found = match
+    if found is None:
+        return None
+    kind = _BY_NAME.get(found.group(1), WebDatasetError)
+    typed = WebDatasetError.__new__(kind)
+    Exception.__init__(typed, found.group(2))
+    return typed

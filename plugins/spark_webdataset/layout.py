@@ -1,0 +1,283 @@
+"""A dataset on storage: the one module that knows its names and paths.
+
+    <root>/versions/<version>/shard-000000.tar …   shards
+    <root>/versions/<version>/_manifest.json       the truth about the directory (written last)
+    <root>/versions/<version>/_validation.json     validation's report
+    <root>/versions/<version>/shardindex.json      the wids index, written by publish
+    <root>/versions/<version>/_SEALED              publish's seal: no writer may touch it again
+    <root>/versions/<version>/_WEBDATASET          our writer's mark, from the first staged byte on
+    <root>/versions/<version>/_staging/<job>/      per-attempt staging of live jobs
+    <root>/versions/<version>/_keys/               one sorted key run per commit
+    <root>/_published/<version>.json               the commit point: visible iff it exists
+    <root>/LATEST                                  newest published version
+
+Everything else (writer, reader, validate, publish, catalog, jobs, CLI,
+DAGs) asks a `Dataset` or a `Version` for these paths.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+
+from .errors import InvalidVersionId, ManifestChanged, NotCommitted, VersionSealed
+from .format.manifest import Manifest, shard_name
+from .storage import Storage, storage_for
+
+VERSIONS_DIR = "versions"
+PUBLISHED_DIR = "_published"
+LATEST_NAME = "LATEST"
+MANIFEST_NAME = "_manifest.json"
+VALIDATION_NAME = "_validation.json"
+SHARD_INDEX_NAME = "shardindex.json"
+SEAL_NAME = "_SEALED"
+WRITER_MARK_NAME = "_WEBDATASET"
+STAGING_DIR = "_staging"
+KEYS_DIR = "_keys"
+COMMIT_LOCK_NAME = "_commit.lock"
+COMMIT_JOURNAL_NAME = "_commit.json"
+# Files of a version directory that are not shards.
+METADATA_FILES = frozenset(
+    {MANIFEST_NAME, VALIDATION_NAME, SHARD_INDEX_NAME, SEAL_NAME, WRITER_MARK_NAME, COMMIT_LOCK_NAME, COMMIT_JOURNAL_NAME}
+)
+WRITER_MARK = b'{"__kind__": "spark-webdataset-directory-v1"}\n'
+
+VERSION_ID_RULE = "[A-Za-z0-9][A-Za-z0-9._-]{0,127}, and no '..'"
+_VERSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# Timestamps read from a version id when nothing better says when a version is from.
+_ID_TIMESTAMPS = (
+    (re.compile(r"(\d{8}T\d{6}Z)"), "%Y%m%dT%H%M%SZ"),
+    (re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})"), "%Y-%m-%dT%H:%M:%S"),
+    (re.compile(r"(\d{4}-\d{2}-\d{2})"), "%Y-%m-%d"),
+    (re.compile(r"(?<!\d)(\d{8})(?!\d)"), "%Y%m%d"),
+)
+
+
+def _normalized(uri: str) -> str:
+    """One spelling per location: no trailing '/', local paths without file://."""
+    if uri.startswith("file://"):
+        uri = uri[len("file://") :]
+    return uri.rstrip("/") or "/"
+
+
+def check_version_id(version: object) -> str:
+    """Return `version` if it is a valid version id, else raise naming it and the rule."""
+    if not isinstance(version, str) or not _VERSION_ID.fullmatch(version) or ".." in version:
+        raise InvalidVersionId(f"version id {version!r} breaks the rule {VERSION_ID_RULE}")
+    return version
+
+
+def timestamp_in_id(version: str) -> datetime.datetime | None:
+    """A UTC timestamp spelled in the id (20261201T000000Z, 2026-12-01, 20261201), if any."""
+    for pattern, layout in _ID_TIMESTAMPS:
+        match = pattern.search(version)
+        if match:
+            try:
+                moment = datetime.datetime.strptime(match.group(1), layout)
+            except ValueError:
+                continue
+            return moment.replace(tzinfo=datetime.timezone.utc)
+    return None
+
+
+def iso_utc(moment: datetime.datetime) -> str:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_logical_date(text: str) -> datetime.datetime:
+    """An ISO-8601 date or date-time (naive means UTC)."""
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidVersionId(f"logical date {text!r} is not ISO-8601 (e.g. 2026-11-15T00:00:00Z)") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.timezone.utc)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A dataset root: its versions, publish records and LATEST."""
+
+    root: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", _normalized(self.root))
+
+    @functools.cached_property
+    def storage(self) -> Storage:
+        return storage_for(self.root)
+
+    def version(self, version: str) -> "Version":
+        check_version_id(version)
+        return Version(self.storage.join(self.root, VERSIONS_DIR, version), version, self)
+
+    @property
+    def latest_uri(self) -> str:
+        return self.storage.join(self.root, LATEST_NAME)
+
+    def record_uri(self, version: str) -> str:
+        return self.storage.join(self.root, PUBLISHED_DIR, f"{check_version_id(version)}.json")
+
+    def version_ids(self) -> list[str]:
+        """Directories under versions/ (valid ids only)."""
+        return [
+            name
+            for name in self.storage.list_dirs(self.storage.join(self.root, VERSIONS_DIR))
+            if _VERSION_ID.fullmatch(name) and ".." not in name
+        ]
+
+    def published_ids(self) -> list[str]:
+        names = self.storage.list_sizes(self.storage.join(self.root, PUBLISHED_DIR))
+        return sorted(name[: -len(".json")] for name in names if name.endswith(".json"))
+
+    def read_record(self, version: str) -> dict | None:
+        path = self.record_uri(version)
+        return json.loads(self.storage.read_bytes(path)) if self.storage.exists(path) else None
+
+    def read_latest(self) -> str | None:
+        data, _ = self.storage.read_versioned(self.latest_uri)
+        return data.decode().strip() if data else None
+
+    def latest_version(self) -> "Version":
+        """The LATEST published version, its manifest checked against its publish record."""
+        latest = self.read_latest()
+        if latest is None:
+            raise NotCommitted(f"{self.root}: no {LATEST_NAME}; publish a version first")
+        version = self.version(latest)
+        record = self.read_record(latest)
+        digest = version.manifest_digest()
+        if record is None or record.get("manifest_sha256") != digest:
+            raise ManifestChanged(
+                f"{version.uri}: its manifest (sha256 {digest}) is not the one published "
+                f"(sha256 {None if record is None else record.get('manifest_sha256')}); "
+                "the published version was changed"
+            )
+        return version
+
+    def is_dataset_root(self) -> bool:
+        return self.storage.exists(self.latest_uri) or bool(
+            self.storage.list_sizes(self.storage.join(self.root, PUBLISHED_DIR))
+        )
+
+
+@dataclass(frozen=True)
+class Version:
+    """One version directory; `dataset` and `id` are known when it sits at ROOT/versions/ID."""
+
+    uri: str
+    id: str | None = None
+    dataset: Dataset | None = None
+
+    @classmethod
+    def at(cls, uri: str) -> "Version":
+        """The version at a directory URI; recognises ROOT/versions/ID."""
+        uri = _normalized(uri)
+        parent, _, name = uri.rpartition("/")
+        grandparent, _, versions = parent.rpartition("/")
+        if versions == VERSIONS_DIR and grandparent and _VERSION_ID.fullmatch(name) and ".." not in name:
+            return Dataset(grandparent).version(name)
+        return cls(uri)
+
+    @functools.cached_property
+    def storage(self) -> Storage:
+        return storage_for(self.uri)
+
+    def path(self, *parts: str) -> str:
+        return self.storage.join(self.uri, *parts)
+
+    @property
+    def manifest_uri(self) -> str:
+        return self.path(MANIFEST_NAME)
+
+    @property
+    def validation_uri(self) -> str:
+        return self.path(VALIDATION_NAME)
+
+    @property
+    def index_uri(self) -> str:
+        return self.path(SHARD_INDEX_NAME)
+
+    @property
+    def seal_uri(self) -> str:
+        return self.path(SEAL_NAME)
+
+    @property
+    def mark_uri(self) -> str:
+        return self.path(WRITER_MARK_NAME)
+
+    @property
+    def staging_uri(self) -> str:
+        return self.path(STAGING_DIR)
+
+    @property
+    def keys_uri(self) -> str:
+        return self.path(KEYS_DIR)
+
+    @property
+    def lock_uri(self) -> str:
+        return self.path(COMMIT_LOCK_NAME)
+
+    @property
+    def journal_uri(self) -> str:
+        return self.path(COMMIT_JOURNAL_NAME)
+
+    def shard_uri(self, index_or_name: int | str) -> str:
+        name = shard_name(index_or_name) if isinstance(index_or_name, int) else index_or_name
+        return self.path(name)
+
+    @property
+    def name(self) -> str:
+        return self.id or self.uri.rsplit("/", 1)[-1]
+
+    # -- reads ---------------------------------------------------------------
+
+    def read_manifest_bytes(self) -> tuple[bytes | None, object]:
+        return self.storage.read_versioned(self.manifest_uri)
+
+    def read_manifest(self) -> Manifest | None:
+        data, _ = self.read_manifest_bytes()
+        return None if data is None else Manifest.from_json(data)
+
+    def manifest_digest(self) -> str | None:
+        data, _ = self.read_manifest_bytes()
+        return None if data is None else hashlib.sha256(data).hexdigest()
+
+    def read_validation(self) -> dict | None:
+        path = self.validation_uri
+        return json.loads(self.storage.read_bytes(path)) if self.storage.exists(path) else None
+
+    def is_published(self) -> bool:
+        return self.dataset is not None and self.id is not None and self.storage.exists(
+            self.dataset.record_uri(self.id)
+        )
+
+    def is_sealed(self) -> bool:
+        return self.storage.exists(self.seal_uri)
+
+    def written_by_us(self) -> bool:
+        """Our writer staged into this directory at some point (its mark or staging is there)."""
+        return self.storage.exists(self.mark_uri) or bool(self.storage.list_dirs(self.staging_uri))
+
+    def committed_manifest(self) -> Manifest | None:
+        """The manifest; None for a directory no writer of ours touched; NotCommitted for one mid-commit."""
+        manifest = self.read_manifest()
+        if manifest is None and self.written_by_us():
+            raise NotCommitted(
+                f"{self.uri}: not committed (our writer staged here but there is no {MANIFEST_NAME}: a write "
+                "is running or died inside its commit; the next write to it repairs it)"
+            )
+        return manifest
+
+    def check_writable(self) -> None:
+        """Refuse any write into a sealed or published version (published versions are immutable)."""
+        if self.is_published() or self.is_sealed():
+            state = "published" if self.is_published() else "sealed for publishing"
+            raise VersionSealed(
+                f"version {self.name!r} at {self.uri} is {state}: published versions are immutable; "
+                "write a new version instead"
+            )
