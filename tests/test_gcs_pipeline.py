@@ -34,8 +34,9 @@ def test_spark_write_validate_publish_and_read_back(spark, bucket, gcs_emulator,
     storage = storage_for(root)
     manifest = Manifest.from_json(storage.read_bytes(f"{version}/_manifest.json"))
     assert manifest.samples == 1797 and len(manifest.shards) >= 3
-    assert sorted(storage.list_sizes(version)) == sorted(["_manifest.json", *(s.name for s in manifest.shards)])
-    assert storage.list_dirs(version) == []  # no staging left
+    expected = ["_WEBDATASET", "_manifest.json", *(s.name for s in manifest.shards)]
+    assert sorted(storage.list_sizes(version)) == sorted(expected)
+    assert storage.list_dirs(version) == ["_keys"]  # no staging left
     for shard in manifest.shards:
         assert hashlib.sha256(storage.read_bytes(f"{version}/{shard.name}")).hexdigest() == shard.sha256
 

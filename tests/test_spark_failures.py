@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
+import time
 from pathlib import Path
 
 import pytest
+
+from spark_webdataset.errors import DuplicateKey, from_spark
 
 from helpers import assert_version_consistent, manifest, shard_paths
 
@@ -39,7 +43,9 @@ def test_retried_task_gives_exactly_the_input(spark, tmp_path, fault: str) -> No
     assert_version_consistent(target, 64 * 1024)
     keys = read_keys(target)
     assert sorted(keys) == [f"s{i:05d}" for i in range(600)]
-    assert sorted(os.listdir(target)) == ["_manifest.json"] + [p.name for p in shard_paths(target)]
+    # our mark, the manifest, the key run, the shards; dot-files are local storage's lock files
+    listed = sorted(name for name in os.listdir(target) if not name.startswith("."))
+    assert listed == ["_WEBDATASET", "_keys", "_manifest.json"] + [p.name for p in shard_paths(target)]
 
 
 def test_failed_job_leaves_no_manifest_and_next_run_cleans_staging(spark, tmp_path) -> None:
@@ -54,12 +60,24 @@ def test_failed_job_leaves_no_manifest_and_next_run_cleans_staging(spark, tmp_pa
     assert not list(target.rglob("*.tar"))
     # A driver killed between tasks and commit leaves staging that nothing swept;
     # we lay such a leftover by hand (the real kill is the pipeline's SIGKILL test).
+    # Its files are old (we set their mtime back: the one fault here); a live job's
+    # staging (fresh, with its lease) sits beside it and must survive.
     leftover = target / "_staging" / "deadjob" / "p00000-a0-t1"
     leftover.mkdir(parents=True)
     (leftover / "000000.tar").write_bytes(b"partial")
+    (target / "_staging" / "deadjob" / "_lease.json").write_text("{}")
+    long_ago = time.time() - 25 * 3600
+    for path in [leftover / "000000.tar", leftover, leftover.parent / "_lease.json", leftover.parent]:
+        os.utime(path, (long_ago, long_ago))
+    live = target / "_staging" / "livejob"
+    live.mkdir()
+    (live / "_lease.json").write_text("{}")
     keyed_frame(spark).write.format("webdataset").option("maxShardBytes", "64KiB").mode("overwrite").save(str(target))
+    assert not (target / "_staging" / "deadjob").exists()
+    assert (live / "_lease.json").exists()
+    shutil.rmtree(live)
+    (target / "_staging").rmdir()
     assert_version_consistent(target)
-    assert not (target / "_staging").exists()
 
 
 def _write(frame, target: Path, **options) -> None:
@@ -105,8 +123,11 @@ def test_duplicate_key_across_partitions_never_reaches_a_manifest(spark, tmp_pat
         "format_string('k%03d', CASE WHEN id = 99 THEN 0 ELSE id END) AS __key__", "id AS cls"
     )
     target = tmp_path / "v"
-    with pytest.raises(Exception, match=r"duplicate sample key 'k000' in partitions 0 and 1"):
+    with pytest.raises(Exception) as failure:
         _write(frame, target)
+    error = from_spark(failure.value)
+    assert isinstance(error, DuplicateKey) and "'k000'" in str(error)
+    assert "partition 0" in str(error) and "partition 1" in str(error)
     assert not (target / "_manifest.json").exists()
     assert not list(target.rglob("*.tar"))
 

@@ -67,7 +67,13 @@ def test_dataset_root_reads_latest_and_patterns_expand(spark, tmp_path) -> None:
         spark.range(count).selectExpr("format_string('k%03d', id) AS __key__", "id AS cls").coalesce(1).write.format(
             "webdataset"
         ).option("maxSamplesPerShard", 10).mode("overwrite").save(str(root / "versions" / version))
-    (root / "LATEST").write_text("v2\n")
+    from spark_webdataset.publish import publish
+    from spark_webdataset.validate import validate_version
+
+    for version in ("v1", "v2"):
+        assert validate_version(str(root / "versions" / version)).ok
+        publish(str(root), version)
+    assert (root / "LATEST").read_text() == "v2\n"
     assert spark.read.format("webdataset").load(str(root)).count() == 30
     pattern = str(root / "versions" / "v2" / "shard-{000000..000001}.tar")
     assert spark.read.format("webdataset").load(pattern).count() == 20

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import re
 import uuid
 from dataclasses import dataclass
 
@@ -49,19 +50,24 @@ class PublishResult:
         return dict(self.__dict__)
 
 
-def record_order(version: str, record: dict | None) -> tuple[str, str]:
-    """Where a published version stands for LATEST: (logical date, version id)."""
+def natural_order(version: str) -> tuple:
+    """Digits compare as numbers, so v10 follows v9."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.findall(r"\d+|\D+", version))
+
+
+def record_order(version: str, record: dict | None) -> tuple:
+    """Where a published version stands for LATEST: (logical date, version id in natural order)."""
     logical = (record or {}).get("logical_date")
     if not logical:
         moment = timestamp_in_id(version)
         logical = iso_utc(moment) if moment else (record or {}).get("published_at", "")
-    return str(logical), version
+    return str(logical), natural_order(version)
 
 
-def version_order(version: str) -> tuple[str, str]:
-    """Order of version ids by the timestamp they spell (ids without one sort first), then the id."""
+def version_order(version: str) -> tuple:
+    """Order of version ids by the timestamp they spell (ids without one sort first), then naturally."""
     moment = timestamp_in_id(version)
-    return (iso_utc(moment) if moment else "", version)
+    return (iso_utc(moment) if moment else "", natural_order(version))
 
 
 def shard_index(manifest: Manifest, source: str) -> bytes:
@@ -107,7 +113,7 @@ def publish(root: str, version: str, logical_date: str | datetime.datetime | Non
         _check_validation(target, digest)
         # The seal, then a compare-and-swap of the manifest onto itself: a
         # writer that lost its commit lock can no longer replace it.
-        seal = {"version": version, "manifest_sha256": digest, "sealed_at": _now()}
+        seal = {"__kind__": "spark-webdataset-seal-v1", "version": version}  # same bytes every time
         if not storage.exists(target.seal_uri):
             storage.write_atomic(target.seal_uri, json.dumps(seal).encode())
         if not storage.replace_if(target.manifest_uri, manifest_bytes, token):

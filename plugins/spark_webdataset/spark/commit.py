@@ -141,6 +141,7 @@ def commit_job(writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessa
             roll_forward(version, lock)
             version.check_writable()
             manifest_bytes, token = version.read_manifest_bytes()
+            token = None if manifest_bytes is None else token  # None: "no manifest yet" on every storage
             if writer.options.test_commit_delay:
                 time.sleep(writer.options.test_commit_delay)  # test-only: make two commits overlap
             existing = None if writer.overwrite or manifest_bytes is None else Manifest.from_json(manifest_bytes)

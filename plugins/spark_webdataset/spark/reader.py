@@ -77,14 +77,14 @@ def resolve(uri: str) -> tuple[list[str], Manifest | None]:
     """
     storage = storage_for(uri)
     base = uri.rstrip("/")
+    if base.endswith(".tar") and storage.exists(base):
+        return [base], None
     if not any(c in base for c in "*?[{"):
         dataset = Dataset(base)
         version = dataset.latest_version() if dataset.is_dataset_root() else Version.at(base)
         manifest = version.committed_manifest()
         if manifest is not None:
             return [version.shard_uri(shard.name) for shard in manifest.shards], manifest
-        if base.endswith(".tar") and storage.exists(base):
-            return [base], None
         names = sorted(n for n in storage.list_sizes(base) if n.endswith(".tar"))
         if not names:
             raise InputError(f"{uri}: no manifest, LATEST or .tar shards there")
@@ -163,7 +163,7 @@ class WebDatasetReader(DataSourceReader):
         except TarFormatError as error:
             error.in_shard(partition.url)
             if not self.options.skip_bad_shards:
-                raise TarFormatError(f"bad shard: {error.message}", error.offset, error.key, partition.url) from None
+                raise error from None
             self._record_bad_shard(partition, error)
 
     def _batches(self, url: str, expected: ShardEntry | None) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821

@@ -46,14 +46,14 @@ class LocalStorage(Storage):
     def list_sizes(self, directory: str) -> dict[str, int]:
         try:
             entries = list(os.scandir(local_path(directory)))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return {}
         return {e.name: e.stat().st_size for e in entries if e.is_file(follow_symlinks=False)}
 
     def list_dirs(self, directory: str) -> list[str]:
         try:
             return sorted(e.name for e in os.scandir(local_path(directory)) if e.is_dir())
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return []
 
     def delete(self, path: str) -> None:
