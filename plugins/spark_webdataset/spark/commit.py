@@ -19,10 +19,10 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..commit_lock import CommitLock
-from ..errors import ConcurrentCommit, DuplicateKey, FieldMismatch
+from ..errors import ConcurrentCommit, DuplicateKey, FieldMismatch, NotCommitted
 from ..format.keys import first_duplicate_in_blocks, merge_blocks
 from ..format.manifest import Manifest, ShardEntry, shard_name
 from ..layout import KEYS_DIR, Version
@@ -77,6 +77,10 @@ class Journal:
         )
 
 
+def _no_fault() -> None:
+    pass
+
+
 def roll_forward(version: Version, lock: CommitLock) -> bool:
     """Finish a commit that died after deciding (its journal is there); True if there was one."""
     storage = version.storage
@@ -85,11 +89,27 @@ def roll_forward(version: Version, lock: CommitLock) -> bool:
         return False
     journal = Journal.from_json(data)
     log.warning("webdataset: finishing the interrupted commit of job %s in %s", journal.job_id, version.uri)
-    _apply(version, journal, lock, manifest_token=None, fresh=False)
+    _apply(version, journal, lock, manifest_token=None, fresh=False, between=_no_fault)
+    # Its job is dead (we hold the lock it held): its staging goes too.
+    storage.delete_tree(storage.join(version.staging_uri, journal.job_id))
+    storage.remove_empty_dir(version.staging_uri)
     return True
 
 
-def _apply(version: Version, journal: Journal, lock: CommitLock, manifest_token: object, fresh: bool) -> None:
+def journal_job(version: Version) -> str | None:
+    """The job whose decided commit is pending in this version, if any."""
+    data, _ = version.storage.read_versioned(version.journal_uri)
+    return None if data is None else Journal.from_json(data).job_id
+
+
+def _apply(
+    version: Version,
+    journal: Journal,
+    lock: CommitLock,
+    manifest_token: object,
+    fresh: bool,
+    between: Callable[[], None],
+) -> None:
     storage = version.storage
     if journal.overwrite:
         # From here until the new manifest lands the directory is "not committed".
@@ -104,8 +124,10 @@ def _apply(version: Version, journal: Journal, lock: CommitLock, manifest_token:
         source = version.path(staged)
         if storage.exists(source):
             storage.rename(source, version.path(final))
+        elif not storage.exists(version.path(final)):
+            raise NotCommitted(f"{version.uri}: cannot finish the commit of job {journal.job_id}: {staged} is gone")
         lock.renew()
-    _pause_for_tests()
+    between()  # test-only faults land here: after the renames, before the manifest
     if fresh:
         if not storage.replace_if(version.manifest_uri, journal.manifest, manifest_token):
             storage.delete(version.journal_uri)
@@ -124,18 +146,23 @@ def _apply(version: Version, journal: Journal, lock: CommitLock, manifest_token:
     storage.delete(version.journal_uri)
 
 
-def _pause_for_tests() -> None:
-    """Test-only: widen the window between renames and the manifest write (SPARK_WEBDATASET_TEST_COMMIT_PAUSE)."""
+def _test_fault(writer: "WebDatasetWriter") -> Callable[[], None]:
+    """Test-only (options _testFault=exit:commit, _testCommitPause=S): act between the renames and the manifest."""
     import os
 
-    pause = os.environ.get("SPARK_WEBDATASET_TEST_COMMIT_PAUSE")
-    if pause:
-        time.sleep(float(pause))
+    def fault() -> None:
+        if writer.options.test_commit_pause:
+            time.sleep(writer.options.test_commit_pause)
+        if writer.options.test_fault == "exit:commit":
+            os._exit(17)  # the driver's commit process dies inside the commit
+
+    return fault
 
 
 def commit_job(writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessage"]) -> Manifest:
     version = Version.at(writer.options.path)
     messages = sorted(messages, key=lambda m: m.partition)
+    decided = False
     try:
         with CommitLock(version, writer.job_id, lease_seconds=writer.options.commit_lease_seconds) as lock:
             roll_forward(version, lock)
@@ -154,9 +181,13 @@ def commit_job(writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessa
             lock.renew()
             journal = _plan(version, writer, messages, existing, key_run)
             version.storage.write_atomic(version.journal_uri, journal.to_json())
-            _apply(version, journal, lock, token, fresh=True)
+            decided = True
+            _apply(version, journal, lock, token, fresh=True, between=_test_fault(writer))
+            decided = False
     finally:
-        writer.remove_own_staging()
+        # A decided commit that failed half-way keeps its staged files: the next job finishes it.
+        if not decided:
+            writer.remove_own_staging()
     manifest = Manifest.from_json(journal.manifest)
     log.info(
         "webdataset: committed %d shards, %d samples, %d bytes to %s",

@@ -16,6 +16,8 @@ DEFAULT_MAX_SHARD_BYTES = 3 * 1024**3
 TEST_FAULT_OPTION = "_testfault"
 # Test-only: sleep this many seconds inside the commit (under its lock), so two commits overlap.
 TEST_COMMIT_DELAY_OPTION = "_testcommitdelay"
+# Test-only: sleep this many seconds between the commit's renames and its manifest write.
+TEST_COMMIT_PAUSE_OPTION = "_testcommitpause"
 # The commit lock's lease: how long a dead committer blocks the next one.
 COMMIT_LEASE_OPTION = "commitleaseseconds"
 DEFAULT_COMMIT_LEASE_SECONDS = 120.0
@@ -28,6 +30,7 @@ _KNOWN = {
     COMMIT_LEASE_OPTION,
     TEST_FAULT_OPTION,
     TEST_COMMIT_DELAY_OPTION,
+    TEST_COMMIT_PAUSE_OPTION,
 }
 
 
@@ -72,6 +75,7 @@ class WriteOptions:
     commit_lease_seconds: float = DEFAULT_COMMIT_LEASE_SECONDS
     test_fault: str | None = None
     test_commit_delay: float = 0.0
+    test_commit_pause: float = 0.0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "WriteOptions":
@@ -80,7 +84,7 @@ class WriteOptions:
         if unknown:
             raise BadOption(
                 f"unknown option(s) {', '.join(unknown)} for format webdataset "
-                "(known: maxShardBytes, maxSamplesPerShard, mtime, allowPax)"
+                "(known: maxShardBytes, maxSamplesPerShard, mtime, allowPax, commitLeaseSeconds)"
             )
         path = lowered.get("path")
         if not path:
@@ -106,6 +110,7 @@ class WriteOptions:
             ),
             test_fault=lowered.get(TEST_FAULT_OPTION),
             test_commit_delay=parse_seconds("_testCommitDelay", lowered.get(TEST_COMMIT_DELAY_OPTION, 0)),
+            test_commit_pause=parse_seconds("_testCommitPause", lowered.get(TEST_COMMIT_PAUSE_OPTION, 0)),
         )
 
     def manifest_options(self) -> dict[str, Any]:

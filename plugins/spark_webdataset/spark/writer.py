@@ -209,6 +209,12 @@ class WebDatasetWriter(DataSourceArrowWriter):
     def abort(self, messages: List[Optional[WebDatasetCommitMessage]]) -> None:
         # Sibling tasks may still be writing: sweep a few times; the next job
         # on this directory removes whatever lands after the last sweep.
+        from .commit import journal_job
+
+        if journal_job(self.version) == self.job_id:
+            # Our commit was decided and failed half-way: its staged files finish it later.
+            log.warning("webdataset write to %s failed inside its commit; the next write finishes it", self.options.path)
+            return
         for pause in (0.0, 0.2, 0.5):
             time.sleep(pause)
             self.remove_own_staging()
