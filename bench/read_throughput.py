@@ -416,7 +416,7 @@ def direct_read(case: dict[str, Any], repeats: int) -> dict[str, Any]:
     from spark_webdataset.spark.reader import ReadOptions, ShardPartition, WebDatasetReader, default_schema
 
     version_dir = case["webdataset_dir"]
-    schema = default_schema(version_dir)
+    schema = default_schema(ReadOptions(version_dir))
     url = shard_urls(version_dir)[0]
     reader = WebDatasetReader(ReadOptions(version_dir), schema)
 

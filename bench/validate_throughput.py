@@ -66,7 +66,8 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from spark_webdataset.format.encode import encode_column  # noqa: E402
-from spark_webdataset.format.manifest import MANIFEST_NAME, Manifest, ShardEntry, shard_name  # noqa: E402
+from spark_webdataset.format.manifest import Manifest, ShardEntry, shard_name  # noqa: E402
+from spark_webdataset.layout import MANIFEST_NAME  # noqa: E402
 from spark_webdataset.format.shard_writer import ShardWriter  # noqa: E402
 from spark_webdataset.format.verify import verify_shard  # noqa: E402
 from spark_webdataset.validate import validate_version  # noqa: E402
