@@ -79,11 +79,14 @@ def test_version_comes_from_the_logical_date_in_utc() -> None:
     planned = plan_run(params(), logical, later)  # run_after is later: the logical date wins
     assert planned["version"] == "20261102T230203Z"
     assert planned["version_uri"] == "/data/out/versions/20261102T230203Z"
+    assert planned["logical_date"] == "2026-11-02T23:02:03Z"  # what publish records to order LATEST by
 
 
 def test_a_manual_run_without_logical_date_uses_run_after() -> None:
     run_after = datetime.datetime(2026, 11, 5, 14, 30, 59, tzinfo=UTC)
-    assert plan_run(params(), None, run_after)["version"] == "20261105T143059Z"
+    planned = plan_run(params(), None, run_after)
+    assert planned["version"] == "20261105T143059Z"
+    assert planned["logical_date"] == "2026-11-05T14:30:59Z"
 
 
 def test_the_version_param_overrides_the_dates() -> None:
@@ -94,6 +97,13 @@ def test_the_version_param_overrides_the_dates() -> None:
     args = planned["job_args"]
     assert args[args.index("--version") + 1] == "backup-1"
     assert plan_run(params(version=""), moment, moment)["version"] == "20261105T000000Z"  # empty form field
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", ".hidden", "v..1", "x" * 129, "sp ace"])
+def test_a_version_param_outside_the_id_rule_is_refused(bad) -> None:
+    moment = datetime.datetime(2026, 11, 5, tzinfo=UTC)
+    with pytest.raises(PipelineError, match="version"):
+        plan_run(params(version=bad), moment, moment)
 
 
 def test_a_run_without_any_date_or_version_is_refused() -> None:
