@@ -21,7 +21,7 @@ run: env
 	scripts/run_demo.sh
 
 test: env
-	source scripts/airflow_env.sh && $(PY) -m pytest -ra $(PYTEST_ARGS)
+	source scripts/airflow_env.sh && $(PY) -m pytest -ra --cov --cov-report=term $(PYTEST_ARGS)
 
 bench: env  # each prints a table and writes bench/results/<name>.json
 	source scripts/airflow_env.sh && for b in write_throughput validate_throughput read_throughput gcs_upload_throughput cluster_scaling; do \

@@ -27,10 +27,31 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = '{"conn_type": "spark", "host": "local[2]"}'
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that needs Spark or an Airflow database is `slow` (`-m "not slow"`: the fast loop)."""
+    for item in items:
+        if {"spark", "airflow_db"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def airflow_db() -> str:
-    """A migrated SQLite metadata database for dag.test() runs."""
+    """A migrated SQLite metadata database for dag.test() runs, migrated once per Airflow version."""
+    import shutil
+
+    from airflow import __version__ as airflow_version
+
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    cached = cache_home / "spark-webdataset" / f"airflow-{airflow_version}-sqlite.db"
+    database = Path(AIRFLOW_TEST_HOME) / "airflow.db"
+    if cached.exists():
+        shutil.copyfile(cached, database)
+        return AIRFLOW_TEST_HOME
     subprocess.run([str(BIN / "airflow"), "db", "migrate"], check=True, capture_output=True, timeout=300)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    temp = cached.with_suffix(f".{os.getpid()}.tmp")
+    shutil.copyfile(database, temp)
+    os.replace(temp, cached)  # a fresh, migrated, empty database: safe to share between sessions
     return AIRFLOW_TEST_HOME
 
 
