@@ -34,36 +34,104 @@ def conf(source: str, root: Path, **extra) -> dict:
     return {"source": source, "output_root": str(root), "max_shard_bytes": "512KiB", **extra}
 
 
-def run(dag, run_conf: dict, logical_date: datetime.datetime | None):
-    return dag.test(run_conf=run_conf, logical_date=logical_date)
+def run(dag, run_conf: dict, logical_date: datetime.datetime | None, run_after: datetime.datetime | None = None):
+    return dag.test(run_conf=run_conf, logical_date=logical_date, run_after=run_after)
 
 
 def day(n: int) -> datetime.datetime:
     return datetime.datetime(2026, 11, n, tzinfo=datetime.timezone.utc)
 
 
+def asset_events(dag_run) -> list[dict]:
+    """The AssetEvent rows the run wrote to Airflow's metadata database: what downstream DAGs receive."""
+    from sqlalchemy import select
+
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        query = select(AssetEvent).where(
+            AssetEvent.source_dag_id == dag_run.dag_id, AssetEvent.source_run_id == dag_run.run_id
+        )
+        return [
+            {"asset": event.asset.name, "task": event.source_task_id, "extra": dict(event.extra or {})}
+            for event in session.scalars(query)
+        ]
+
+
+def test_plan_task_takes_the_version_from_the_logical_date_else_run_after(build_dag) -> None:
+    """The DAG's own plan callable, without a run: which of the run's dates it hands to plan_run."""
+    from types import SimpleNamespace
+
+    plan = build_dag.get_task("plan").python_callable
+    params = {**{name: param.value for name, param in build_dag.params.items()}, "version": None}
+    logical, after = datetime.datetime(2026, 11, 14, 6, 30, tzinfo=datetime.timezone.utc), day(28)
+    assert plan(params=params, dag_run=SimpleNamespace(logical_date=logical, run_after=after))["version"] == (
+        "20261114T063000Z"
+    )
+    assert plan(params=params, dag_run=SimpleNamespace(logical_date=None, run_after=after))["version"] == (
+        "20261128T000000Z"
+    )
+
+
 def test_dag_run_publishes_a_version_wids_can_read(build_dag, digits_source, tmp_path) -> None:
     import wids
 
-    root = tmp_path / "root"
-    dag_run = run(build_dag, conf(digits_source, root), None)  # a manual run: no logical date
-    assert dag_run.state == "success"
-    latest = read_latest(str(root))
-    assert latest and latest.endswith("Z")  # derived from run_after
-    index = root / "versions" / latest / "shardindex.json"
-    dataset = wids.ShardListDataset(str(index), transformations=[], cache_dir=str(tmp_path / "cache"))
-    source_rows = sum(pq.read_metadata(p).num_rows for p in Path(digits_source).glob("*.parquet"))
-    assert len(dataset) == source_rows
-    sample = dataset[len(dataset) - 1]
-    assert sample[".png"].read().startswith(b"\x89PNG")
-    shards = json.loads(index.read_text())["shardlist"]
-    assert sum(s["nsamples"] for s in shards) == 1797
-    # what the example consumer DAG does with the publish task's Asset event
     from spark_webdataset.consumer import read_published
 
-    published = dag_run.get_task_instance("publish").xcom_pull(task_ids="publish")
-    extra = {key: published[key] for key in ("version", "uri", "samples", "shards", "bytes")}
-    assert read_published({**extra, "index": published["index_uri"]}) == {"version": latest, "samples": 1797}
+    root = tmp_path / "root"
+    logical = datetime.datetime(2026, 11, 14, 6, 30, tzinfo=datetime.timezone.utc)
+    params = conf(
+        digits_source, root, max_shard_bytes="256KiB", max_samples_per_shard=40, order="key",
+        key="format_string('d%05d', id)", fields=["png=image", "cls=label"],
+    )  # fmt: skip
+    # run_after later than the logical date: the version must still come from the logical date
+    dag_run = run(build_dag, params, logical, run_after=day(28))
+    assert dag_run.state == "success"
+    version = "20261114T063000Z"
+    assert read_latest(str(root)) == version
+    directory = root / "versions" / version
+    document = json.loads((directory / "_manifest.json").read_text())
+    # the Params reached the writer: recorded in the manifest, and held by every shard
+    assert document["options"]["maxShardBytes"] == 256 * 1024
+    assert document["options"]["maxSamplesPerShard"] == 40
+    assert [field["name"] for field in document["fields"]] == ["png", "cls"]
+    shards = document["shards"]
+    # 256KiB alone would allow 85 samples of 3 KiB a shard: 40 is what holds them
+    assert all(s["samples"] <= 40 and s["bytes"] <= 256 * 1024 for s in shards), shards
+    for shard in shards:
+        assert (directory / shard["name"]).stat().st_size == shard["bytes"]
+    # order=key: key ranges ascend shard by shard; key: the SQL given
+    ranges = [(s["first_key"], s["last_key"]) for s in shards]
+    assert all(first <= last for first, last in ranges)
+    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:])), ranges
+    assert ranges[0][0] == "d00000" and ranges[-1][1] == "d01796"
+
+    index = directory / "shardindex.json"
+    dataset = wids.ShardListDataset(str(index), transformations=[], cache_dir=str(tmp_path / "cache"))
+    source_rows = sum(pq.read_metadata(p).num_rows for p in Path(digits_source).glob("*.parquet"))
+    assert len(dataset) == source_rows == 1797
+    sample = dataset[len(dataset) - 1]
+    assert sample["__key__"] == "d01796" and sample[".png"].read().startswith(b"\x89PNG")
+
+    # what the publish task told Airflow: the Asset event rows of this run, as downstream DAGs get them
+    events = asset_events(dag_run)
+    assert events == [
+        {
+            "asset": "webdataset_digits",
+            "task": "publish",
+            "extra": {
+                "version": version,
+                "uri": str(directory),
+                "index": str(index),
+                "samples": 1797,
+                "shards": len(shards),
+                "bytes": sum(s["bytes"] for s in shards),
+            },
+        }
+    ]
+    # what the example consumer DAG does with that event
+    assert read_published(events[0]["extra"]) == {"version": version, "samples": 1797}
 
 
 def test_backfill_of_three_dates_and_rerun_of_an_old_one(build_dag, digits_source, tmp_path) -> None:
@@ -74,6 +142,10 @@ def test_backfill_of_three_dates_and_rerun_of_an_old_one(build_dag, digits_sourc
     versions = [v["version"] for v in description["versions"] if v["published"]]
     assert versions == ["20261101T000000Z", "20261102T000000Z", "20261103T000000Z"]
     assert description["latest"] == "20261103T000000Z"
+    for version in versions:  # the max_shard_bytes Param (512KiB), not the DAG's default (1MiB), cut them
+        document = json.loads((root / "versions" / version / "_manifest.json").read_text())
+        assert document["options"]["maxShardBytes"] == 512 * 1024
+        assert all(s["bytes"] <= 512 * 1024 for s in document["shards"]) and len(document["shards"]) >= 11
     shards_before = sorted((root / "versions" / "20261101T000000Z").iterdir())
     stamps = [p.stat().st_mtime_ns for p in shards_before]
     assert run(build_dag, conf(digits_source, root), day(1)).state == "success"
