@@ -213,15 +213,15 @@ def version_summary(version: str, target: str, manifest: Manifest, seconds: floa
     }
 
 
-def print_summary(summary: dict) -> None:
+def print_summary(summary: dict, name: str = "build_webdataset") -> None:
     if summary["skipped"]:
         return
     print(
-        f"build_webdataset: wrote {summary['shards']} shards, {summary['samples']} samples, "
+        f"{name}: wrote {summary['shards']} shards, {summary['samples']} samples, "
         f"{format_size(summary['bytes'])} in {summary['seconds']:.1f} s ({summary['mb_per_s']} MB/s) "
         f"to {summary['uri']}"
     )
-    print("build_webdataset summary: " + json.dumps(summary, sort_keys=True), flush=True)
+    print(f"{name} summary: " + json.dumps(summary, sort_keys=True), flush=True)
 
 
 def spark_session() -> "SparkSession":
@@ -240,6 +240,15 @@ def parse_size_option(text: str, name: str) -> int:
         raise BadOption(str(error)) from None
 
 
+# Spark's conditions for a source, table or column that is not there: bad input, no retry helps.
+MISSING_INPUT_CONDITIONS = ("PATH_NOT_FOUND", "TABLE_OR_VIEW_NOT_FOUND", "UNRESOLVED_COLUMN", "UNRESOLVED_ROUTINE")
+
+
+def _names_missing_input(error: BaseException) -> bool:
+    condition = getattr(error, "getCondition", lambda: None)() or ""
+    return condition.split(".")[0] in MISSING_INPUT_CONDITIONS
+
+
 def run_job(name: str, job, args: argparse.Namespace) -> tuple[int, dict | None]:
     """Run `job(spark, args)` in a SparkSession: 0, or 2 for bad input (named), 1 for anything else."""
     try:
@@ -253,7 +262,8 @@ def run_job(name: str, job, args: argparse.Namespace) -> tuple[int, dict | None]
     except Exception as error:  # noqa: BLE001 - Spark wraps our errors; show the cause
         cause = from_spark(error)
         print(f"{name}: error: {cause or error}", file=sys.stderr, flush=True)
-        return (2 if isinstance(cause, InputError) or (cause is None and isinstance(error, ValueError)) else 1), None
+        bad_input = isinstance(cause, InputError) or (cause is None and _names_missing_input(error))
+        return (2 if bad_input or (cause is None and isinstance(error, ValueError)) else 1), None
     finally:
         spark.stop()
 

@@ -108,5 +108,5 @@ def reshard(spark: "SparkSession", args: argparse.Namespace) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     code, summary = run_job("reshard", reshard, parser().parse_args(argv))
     if summary is not None:
-        print_summary(summary)
+        print_summary(summary, "reshard")
     return code

@@ -110,4 +110,14 @@ def decode_column(
             raise InputError(
                 f"sample {key!r}, field {field!r}: cannot decode {value[:40]!r} as {arrow_type}: {error}"
             ) from None
-    return pa.array(decoded, arrow_type)
+    try:
+        return pa.array(decoded, arrow_type)
+    except (pa.ArrowInvalid, OverflowError):
+        for value, parsed, key in zip(values, decoded, keys):  # find the value that does not fit
+            try:
+                pa.array([parsed], arrow_type)
+            except (pa.ArrowInvalid, OverflowError) as error:
+                raise InputError(
+                    f"sample {key!r}, field {field!r}: {value[:40]!r} does not fit {arrow_type}: {error}"
+                ) from None
+        raise
