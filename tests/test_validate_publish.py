@@ -226,8 +226,30 @@ def test_version_order_is_natural() -> None:
     assert version_order("20261202T000000Z") > version_order("20261201T235959Z")
 
 
-def test_shard_index_is_reproducible(root: Path) -> None:
+def test_shard_index_lists_the_manifest_for_wids_and_is_reproducible(root: Path) -> None:
+    import hashlib
+
     from spark_webdataset.format.manifest import Manifest
 
-    manifest = Manifest.from_json((version(root) / "_manifest.json").read_bytes())
-    assert shard_index(manifest, "x") == shard_index(manifest, "x")
+    raw = (version(root) / "_manifest.json").read_bytes()
+    listed = json.loads(raw)["shards"]
+    index_bytes = shard_index(Manifest.from_json(raw), "root@v1")
+    index = json.loads(index_bytes)
+    assert (index["__kind__"], index["wids_version"], index["name"]) == ("wids-shard-index-v1", 1, "root@v1")
+    # one entry per manifest shard, in order: url relative to the index, samples, bytes
+    assert [(s["url"], s["nsamples"], s["filesize"]) for s in index["shardlist"]] == [
+        (s["name"], s["samples"], s["bytes"]) for s in listed
+    ]
+    assert len(listed) > 1 and index["samples"] == 1797
+    # and the entries are true of the files themselves, counted here without the manifest
+    for entry in index["shardlist"]:
+        data = (version(root) / entry["url"]).read_bytes()
+        assert len(data) == entry["filesize"]
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            keys = list(dict.fromkeys(member.name.split(".", 1)[0] for member in tar.getmembers()))
+        assert (len(keys), keys[0], keys[-1]) == (entry["nsamples"], entry["first_key"], entry["last_key"])
+        if entry.get("sha256"):
+            assert entry["sha256"] == hashlib.sha256(data).hexdigest()
+    # same manifest, same bytes: twice from one parse, and from a parse of a copy
+    assert shard_index(Manifest.from_json(raw), "root@v1") == index_bytes
+    assert shard_index(Manifest.from_json(bytes(bytearray(raw))), "root@v1") == index_bytes
