@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -72,9 +73,13 @@ def test_wids_reads_through_a_shard_index(digits_version, digits_source, tmp_pat
             {"url": s["name"], "nsamples": s["samples"], "filesize": s["bytes"]} for s in document["shards"]
         ],
     }
-    index_path = Path(digits_version) / "test-shardindex.json"
+    # the index beside its shards (urls are relative to it), in this test's own copy: the module's
+    # version directory stays as the writer left it
+    own = tmp_path / "v1"
+    shutil.copytree(digits_version, own)
+    index_path = own / "test-shardindex.json"
     index_path.write_text(json.dumps(index))
-    dataset = wids.ShardListDataset(str(index_path), transformations=[], cache_dir=str(tmp_path))
+    dataset = wids.ShardListDataset(str(index_path), transformations=[], cache_dir=str(tmp_path / "cache"))
     expected = expected_digits(digits_source)
     assert len(dataset) == len(expected)
     for index in (0, len(dataset) // 2, len(dataset) - 1):
