@@ -5,38 +5,104 @@ fails on demand, so this proxy makes some requests fail the way GCS and
 networks do: a 503, a connection reset before the request reaches the
 server, or the server's response dropped after the write took effect.
 Faults come at a set rate from a seeded generator, bounded in count and
-time; everything else is forwarded byte for byte.
+time, or deterministically from rules that name the request (method, object
+name, create or update); everything else is forwarded byte for byte.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import json
+import os
 import random
+import re
 import socket
 import struct
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from typing import Iterator
+from urllib.parse import parse_qs, unquote, urlsplit
 
 FAULTS = ("503", "reset", "drop_after_effect")
 
 
 @dataclass
+class FaultRule:
+    """Inject `kind` into the first `times` requests that match every given filter.
+
+    `object` is a regular expression searched in the object's name (from the
+    URL path, the `name` query parameter or an upload's metadata), `method`
+    the HTTP method, `precondition` "create" (ifGenerationMatch=0) or "update"
+    (ifGenerationMatch=<a generation>). `hits` lists the requests it faulted.
+    """
+
+    kind: str
+    object: str | None = None
+    method: str | None = None
+    precondition: str | None = None
+    times: int = 1
+    hits: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        assert self.kind in FAULTS, self.kind
+        assert self.precondition in (None, "create", "update"), self.precondition
+
+    def matches(self, method: str, name: str | None, query: dict[str, list[str]]) -> bool:
+        if len(self.hits) >= self.times:
+            return False
+        if self.method is not None and method != self.method:
+            return False
+        if self.object is not None and (name is None or not re.search(self.object, name)):
+            return False
+        if self.precondition is not None:
+            generation = query.get("ifGenerationMatch", [None])[0]
+            if generation is None or (generation == "0") != (self.precondition == "create"):
+                return False
+        return True
+
+
+@dataclass
 class FaultPlan:
+    """Random faults at `rate` (bounded by `max_faults` and `seconds`), plus the `rules`, which always apply."""
+
     rate: float = 0.1
     max_faults: int = 40
     seconds: float = 600.0
     seed: int = 1
     kinds: tuple[str, ...] = FAULTS
+    rules: list[FaultRule] = field(default_factory=list)
     injected: dict[str, int] = field(default_factory=lambda: {kind: 0 for kind in FAULTS})
     requests: int = 0
 
 
+_UPLOAD_NAME = re.compile(rb'"name"\s*:\s*("(?:[^"\\]|\\.)*")')
+
+
+def object_name(path: str, body: bytes) -> str | None:
+    """The object a GCS JSON API request is about, or None (bucket and list requests)."""
+    parts = urlsplit(path)
+    query = parse_qs(parts.query)
+    match = re.match(r"^(?:/upload|/download)?/storage/v1/b/[^/]+/o/([^/]+)", parts.path)
+    if match:
+        return unquote(match.group(1))
+    if "name" in query:
+        return query["name"][0]
+    if parts.path.startswith("/upload/") and body:
+        found = _UPLOAD_NAME.search(body[:65536])  # the metadata part leads a multipart upload
+        if found:
+            return json.loads(found.group(1))
+    return None
+
+
 class FaultProxy:
     def __init__(self, upstream: str, plan: FaultPlan) -> None:
+        self.upstream_url = upstream
         self.upstream = urlsplit(upstream)
+        self.stopped = False
+        self._connections: set[socket.socket] = set()
         self.plan = plan
         self._random = random.Random(plan.seed)
         self._lock = threading.Lock()
@@ -49,7 +115,20 @@ class FaultProxy:
             def log_message(self, *args) -> None:  # quiet
                 pass
 
+            def setup(self) -> None:
+                super().setup()
+                with proxy._lock:
+                    proxy._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with proxy._lock:
+                    proxy._connections.discard(self.connection)
+                super().finish()
+
             def _handle(self) -> None:
+                if proxy.stopped:  # a kept-alive connection must not outlive stop()
+                    _reset(self)
+                    return
                 proxy.forward(self)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = do_HEAD = _handle
@@ -61,10 +140,20 @@ class FaultProxy:
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
 
-    def _choose(self) -> str | None:
+    def _choose(self, handler: BaseHTTPRequestHandler, body: bytes) -> str | None:
         with self._lock:
             plan = self.plan
             plan.requests += 1
+            if plan.rules:
+                name = object_name(handler.path, body)
+                query = parse_qs(urlsplit(handler.path).query)
+                for rule in plan.rules:
+                    if rule.matches(handler.command, name, query):
+                        rule.hits.append(f"{handler.command} {name} {handler.path}")
+                        plan.injected[rule.kind] += 1
+                        return rule.kind
+            if plan.rate <= 0:
+                return None
             if sum(plan.injected.values()) >= plan.max_faults:
                 return None
             if time.monotonic() - self._started > plan.seconds:
@@ -78,7 +167,7 @@ class FaultProxy:
     def forward(self, handler: BaseHTTPRequestHandler) -> None:
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else b""
-        fault = self._choose()
+        fault = self._choose(handler, body)
         if fault == "503":
             handler.send_response(503)
             handler.send_header("Content-Length", "0")
@@ -109,8 +198,39 @@ class FaultProxy:
             handler.wfile.write(data)
 
     def stop(self) -> None:
+        """Stop listening and cut every open connection: nothing passes through after this."""
+        self.stopped = True
         self.server.shutdown()
         self.server.server_close()
+        with self._lock:
+            connections, self._connections = list(self._connections), set()
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+
+def use_gcs_endpoint(url: str) -> None:
+    """Point this process's gs:// client at `url`: the variable, and no cached client for another endpoint."""
+    from spark_webdataset.storage import gcs
+
+    os.environ["STORAGE_EMULATOR_HOST"] = url
+    cached = getattr(gcs, "_client_for_process", None)
+    if cached is not None and hasattr(cached, "cache_clear"):
+        cached.cache_clear()  # drops clients (and their kept-alive connections) for other endpoints
+    endpoint = gcs.client()._connection.API_BASE_URL
+    assert endpoint == url, f"the gs:// client still talks to {endpoint}, not {url}"
+
+
+@contextlib.contextmanager
+def gcs_through(upstream: str, plan: FaultPlan) -> Iterator["FaultProxy"]:
+    """Inside the block this process's gs:// calls pass a FaultProxy; after it, they go to `upstream` again."""
+    proxy = FaultProxy(upstream, plan)
+    try:
+        use_gcs_endpoint(proxy.url)
+        yield proxy
+    finally:
+        proxy.stop()
+        use_gcs_endpoint(upstream)
 
 
 def _reset(handler: BaseHTTPRequestHandler) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_proxy import FaultPlan, FaultProxy
+from fault_proxy import FaultPlan, FaultProxy, FaultRule, gcs_through, use_gcs_endpoint
 from spark_webdataset.pipeline import publish_step, validate_step
 from spark_webdataset.storage import storage_for
 
@@ -65,10 +65,16 @@ def test_pipeline_completes_through_faults_with_identical_output(bucket, gcs_emu
         faulty = run_pipeline(digits_source, f"{bucket}/faulty", "v", proxy.url, monkeypatch)
     finally:
         proxy.stop()
+        # compare on the emulator itself: the variable AND the cached client (a kept-alive
+        # connection to the proxy could otherwise still carry, and fault, the reads below)
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator.url)
+        use_gcs_endpoint(gcs_emulator.url)
     print(f"requests {plan.requests}, faults injected {plan.injected}")
     assert all(count > 0 for count in plan.injected.values()), plan.injected
     assert faulty["samples"] == clean["samples"] == 1797
+    requests = plan.requests
     assert version_bytes(f"{bucket}/faulty", "v") == version_bytes(f"{bucket}/clean", "v")
+    assert plan.requests == requests, "the comparison went through the fault proxy"
 
 
 def test_writer_killed_mid_upload_leaves_nothing_under_a_final_name(bucket, gcs_emulator, tmp_path) -> None:
@@ -113,3 +119,31 @@ def test_retried_task_on_gcs_keeps_exactly_the_samples(spark, bucket) -> None:
     assert storage.list_dirs(target) == []
     keys = sorted(r["__key__"] for r in spark.read.format("webdataset").load(target).collect())
     assert keys == [f"k{i:04d}" for i in range(300)]
+
+
+def test_publish_whose_record_create_and_latest_update_lose_their_responses(spark, bucket, gcs_emulator) -> None:
+    """Deterministic lost responses on publish's two conditional writes: both settle by reading back."""
+    from spark_webdataset.publish import advance_latest, publish, read_latest
+    from spark_webdataset.validate import validate_version
+
+    root, version = f"{bucket}/ds", "20261102T000000Z"
+    target = f"{root}/versions/{version}"
+    spark.range(0, 40, numPartitions=2).selectExpr("format_string('k%03d', id) AS __key__", "id AS cls").write.format(
+        "webdataset"
+    ).option("maxSamplesPerShard", 10).mode("overwrite").save(target)
+    assert validate_version(target).ok
+    assert advance_latest(root, "20261101T000000Z") == "20261101T000000Z"  # LATEST exists: publish must update it
+    storage = storage_for(root)
+    lose_record = FaultRule("drop_after_effect", object=rf"/_published/{version}\.json$", method="POST", precondition="create")
+    lose_latest = FaultRule("drop_after_effect", object=r"(^|/)LATEST$", method="POST", precondition="update")
+    plan = FaultPlan(rate=0, rules=[lose_record, lose_latest])
+    with gcs_through(gcs_emulator.url, plan):
+        result = publish(root, version)
+    assert (len(lose_record.hits), len(lose_latest.hits)) == (1, 1), (lose_record.hits, lose_latest.hits)
+    # our own record, created by this call (not mistaken for someone else's publish), and LATEST moved
+    assert not result.already_published
+    assert (result.version, result.samples, result.shards, result.latest) == (version, 40, 4, version)
+    assert read_latest(root) == version
+    record = json.loads(storage.read_bytes(f"{root}/_published/{version}.json"))
+    assert (record["version"], record["samples"]) == (version, 40)
+    assert publish(root, version).already_published  # and it stays published, once

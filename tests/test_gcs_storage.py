@@ -6,8 +6,14 @@ import multiprocessing
 
 import pytest
 
+from fault_proxy import FaultPlan, FaultRule, gcs_through
 from spark_webdataset.storage import storage_for
 from spark_webdataset.storage.base import PreconditionFailed
+
+# A create (ifGenerationMatch=0) of a publish record, an update (ifGenerationMatch=<generation>) of
+# LATEST: the request reaches the emulator and takes effect, then its response is lost.
+LOSE_RECORD_CREATE = dict(kind="drop_after_effect", object=r"(^|/)_published/[^/]+$", method="POST", precondition="create")
+LOSE_LATEST_UPDATE = dict(kind="drop_after_effect", object=r"(^|/)LATEST$", method="POST", precondition="update")
 
 
 def test_objects_stream_list_rename_and_delete(bucket: str) -> None:
@@ -33,7 +39,7 @@ def test_create_only_and_compare_and_swap(bucket: str) -> None:
     storage = storage_for(bucket)
     path = storage.join(bucket, "record.json")
     storage.create_only(path, b"first")
-    storage.create_only(path, b"first")  # a retried create that had landed: settled by reading back
+    storage.create_only(path, b"first")  # the same bytes again: the 412 is settled by reading them back
     with pytest.raises(PreconditionFailed):
         storage.create_only(path, b"second")
     data, token = storage.read_versioned(path)
@@ -41,6 +47,33 @@ def test_create_only_and_compare_and_swap(bucket: str) -> None:
     assert storage.replace_if(path, b"third", token)
     assert not storage.replace_if(path, b"fourth", token)  # stale generation
     assert storage.read_bytes(path) == b"third"
+
+
+def test_create_only_whose_response_is_lost_succeeds_and_stays_create_only(bucket: str, gcs_emulator) -> None:
+    storage = storage_for(bucket)
+    path = storage.join(bucket, "ds", "_published", "v1.json")
+    lose = FaultRule(**LOSE_RECORD_CREATE)
+    with gcs_through(gcs_emulator.url, FaultPlan(rate=0, rules=[lose])):
+        # the write lands, its response is lost; the retry gets 412 and reads back our own bytes
+        storage.create_only(path, b"first")
+        assert len(lose.hits) == 1, lose.hits
+        with pytest.raises(PreconditionFailed):
+            storage.create_only(path, b"second")  # not ours: the read-back sees other bytes
+    assert storage.read_bytes(path) == b"first"
+
+
+def test_replace_if_whose_response_is_lost_returns_true(bucket: str, gcs_emulator) -> None:
+    storage = storage_for(bucket)
+    path = storage.join(bucket, "ds", "LATEST")
+    storage.create_only(path, b"v1\n")
+    _, token = storage.read_versioned(path)
+    lose = FaultRule(**LOSE_LATEST_UPDATE)
+    with gcs_through(gcs_emulator.url, FaultPlan(rate=0, rules=[lose])):
+        assert storage.replace_if(path, b"v2\n", token) is True
+        assert len(lose.hits) == 1, lose.hits
+        assert storage.replace_if(path, b"v3\n", token) is False  # the old generation is stale now
+    data, new_token = storage.read_versioned(path)
+    assert data == b"v2\n" and new_token != token
 
 
 def _advance(args) -> str:
