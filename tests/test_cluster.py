@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gcs_emulator import free_port
+from gcs_emulator import PortTaken, start_on_free_ports
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -30,22 +30,35 @@ def executor_python() -> str:
     return python
 
 
+BIND_FAILURES = ("Address already in use", "BindException", "Failed to bind", "Service 'sparkMaster' could not bind")
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     state = tmp_path_factory.mktemp("spark-cluster")
+    script = str(REPO / "scripts" / "spark_cluster.sh")
     env = {
         **os.environ,
         "SPARK_CLUSTER_DIR": str(state),
-        "SPARK_MASTER_PORT": str(free_port()),
-        "SPARK_MASTER_WEBUI_PORT": str(free_port()),
         "SPARK_WORKER_CORES": "2",
         "SPARK_WORKER_MEMORY": "3g",
+        # fail on a taken port instead of moving to the next one (the URL we hand out names this one)
+        "SPARK_MASTER_OPTS": f"{os.environ.get('SPARK_MASTER_OPTS', '')} -Dspark.port.maxRetries=0".strip(),
     }
-    script = str(REPO / "scripts" / "spark_cluster.sh")
-    started = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=180)
+
+    def start(port: int, webui: int) -> str:
+        env.update(SPARK_MASTER_PORT=str(port), SPARK_MASTER_WEBUI_PORT=str(webui))
+        started = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=180)
+        if started.returncode == 0:
+            return started.stdout.strip()
+        master_log = (state / "master.log").read_text() if (state / "master.log").exists() else ""
+        subprocess.run([script, "stop"], env=env, timeout=60)
+        if any(sign in master_log for sign in BIND_FAILURES):
+            raise PortTaken(f"spark master on {port}/{webui}: {master_log[-500:]}")
+        raise AssertionError(started.stderr + master_log[-2000:])
+
     try:
-        assert started.returncode == 0, started.stderr + (state / "master.log").read_text()[-2000:]
-        yield started.stdout.strip()
+        yield start_on_free_ports(start, count=2)
     finally:
         subprocess.run([script, "stop"], env=env, timeout=60)
 
