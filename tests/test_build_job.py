@@ -12,7 +12,7 @@ import pytest
 
 from helpers import assert_version_consistent, manifest, shard_paths
 from spark_webdataset.build_job import build, parser, plan_partitions
-from spark_webdataset.format.names import WebDatasetError
+from spark_webdataset.errors import VersionSealed
 
 REPO = Path(__file__).resolve().parents[1]
 DIGITS_ARGS = ["--key", "format_string('%05d', id)", "--field", "png=image", "--field", "cls=label", "--field", "json=meta"]
@@ -70,7 +70,7 @@ def test_other_orders(spark, digits_source, tmp_path, order: str) -> None:
 def test_published_version_is_refused(spark, digits_source, tmp_path) -> None:
     (tmp_path / "_published").mkdir()
     (tmp_path / "_published" / "v.json").write_text("{}")
-    with pytest.raises(WebDatasetError, match="published and immutable"):
+    with pytest.raises(VersionSealed):
         build(spark, job_args(digits_source, tmp_path, "v"))
     assert not (tmp_path / "versions").exists()
 

@@ -96,7 +96,8 @@ def test_writer_killed_mid_upload_leaves_nothing_under_a_final_name(bucket, gcs_
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
     names = [b.name for b in storage_client_blobs(root)]
-    assert names and all("/_staging/" in name for name in names), names
+    # staged objects only, and our writer's mark (the version reads as "not committed")
+    assert names and all("/_staging/" in name or name.endswith("/_WEBDATASET") for name in names), names
     assert not storage.exists(f"{root}/versions/v/_manifest.json")
 
 
@@ -115,8 +116,8 @@ def test_retried_task_on_gcs_keeps_exactly_the_samples(spark, bucket) -> None:
     ).save(target)
     storage = storage_for(target)
     names = sorted(storage.list_sizes(target))
-    assert names == ["_manifest.json"] + [f"shard-{i:06d}.tar" for i in range(6)]
-    assert storage.list_dirs(target) == []
+    assert names == ["_WEBDATASET", "_manifest.json"] + [f"shard-{i:06d}.tar" for i in range(6)]
+    assert storage.list_dirs(target) == ["_keys"]  # the key run; no staging left
     keys = sorted(r["__key__"] for r in spark.read.format("webdataset").load(target).collect())
     assert keys == [f"k{i:04d}" for i in range(300)]
 
