@@ -70,6 +70,7 @@ def spark(gcs_emulator):
         .config("spark.default.parallelism", "2")
         .config("spark.driver.memory", "2g")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.python.worker.reuse", "false")  # each worker exits and saves its coverage
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
