@@ -25,7 +25,7 @@ from .errors import BadOption, InputError, WebDatasetError, from_spark
 from .format.manifest import Manifest
 from .format.names import KEY_COLUMN
 from .format.sizes import format_size, parse_size
-from .layout import Dataset, Version, check_version_id
+from .layout import Dataset, check_version_id
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -64,6 +64,11 @@ def _normalized(uri: str) -> str:
     return uri.rstrip("/") or "/"
 
 
+def _read_json(storage: Storage, path: str) -> dict | None:
+    data, _ = storage.read_versioned(path)  # absent is None: no separate exists() call
+    return None if data is None else json.loads(data)
+
+
 def check_version_id(version: object) -> str:
     """Return `version` if it is a valid version id, else raise naming it and the rule."""
     if not isinstance(version, str) or not _VERSION_ID.fullmatch(version) or ".." in version:
@@ -136,28 +141,28 @@ class Dataset:
         return sorted(name[: -len(".json")] for name in names if name.endswith(".json"))
 
     def read_record(self, version: str) -> dict | None:
-        path = self.record_uri(version)
-        return json.loads(self.storage.read_bytes(path)) if self.storage.exists(path) else None
+        return _read_json(self.storage, self.record_uri(version))
 
     def read_latest(self) -> str | None:
         data, _ = self.storage.read_versioned(self.latest_uri)
         return data.decode().strip() if data else None
 
-    def latest_version(self) -> "Version":
-        """The LATEST published version, its manifest checked against its publish record."""
+    def latest(self) -> tuple["Version", Manifest]:
+        """The LATEST published version and its manifest (read once), checked against its publish record."""
         latest = self.read_latest()
         if latest is None:
             raise NotCommitted(f"{self.root}: no {LATEST_NAME}; publish a version first")
         version = self.version(latest)
         record = self.read_record(latest)
-        digest = version.manifest_digest()
-        if record is None or record.get("manifest_sha256") != digest:
+        data, _ = version.read_manifest_bytes()
+        digest = None if data is None else hashlib.sha256(data).hexdigest()
+        if data is None or record is None or record.get("manifest_sha256") != digest:
             raise ManifestChanged(
                 f"{version.uri}: its manifest (sha256 {digest}) is not the one published "
                 f"(sha256 {None if record is None else record.get('manifest_sha256')}); "
                 "the published version was changed"
             )
-        return version
+        return version, Manifest.from_json(data)
 
     def is_dataset_root(self) -> bool:
         return self.storage.exists(self.latest_uri) or bool(
@@ -248,8 +253,7 @@ class Version:
         return None if data is None else hashlib.sha256(data).hexdigest()
 
     def read_validation(self) -> dict | None:
-        path = self.validation_uri
-        return json.loads(self.storage.read_bytes(path)) if self.storage.exists(path) else None
+        return _read_json(self.storage, self.validation_uri)
 
     def is_published(self) -> bool:
         return self.dataset is not None and self.id is not None and self.storage.exists(
@@ -275,8 +279,9 @@ class Version:
 
     def check_writable(self) -> None:
         """Refuse any write into a sealed or published version (published versions are immutable)."""
-        if self.is_published() or self.is_sealed():
-            state = "published" if self.is_published() else "sealed for publishing"
+        published = self.is_published()
+        if published or self.is_sealed():
+            state = "published" if published else "sealed for publishing"
             raise VersionSealed(
                 f"version {self.name!r} at {self.uri} is {state}: published versions are immutable; "
                 "write a new version instead"

@@ -24,7 +24,6 @@ from .layout import (
     MANIFEST_NAME,
     Dataset,
     Version,
-    check_version_id,
     iso_utc,
     parse_logical_date,
     timestamp_in_id,
@@ -96,9 +95,8 @@ def shard_index(manifest: Manifest, source: str) -> bytes:
 
 def publish(root: str, version: str, logical_date: str | datetime.datetime | None = None) -> PublishResult:
     """Seal, index and publish `ROOT/versions/VERSION`; a no-op if published with this manifest."""
-    check_version_id(version)
     dataset = Dataset(root)
-    target = dataset.version(version)
+    target = dataset.version(version)  # refuses ids outside the rule
     storage = dataset.storage
     existing = dataset.read_record(version)
     if existing is not None:
@@ -211,7 +209,3 @@ def advance_latest(root: str, version: str) -> str:
 
 def read_latest(root: str) -> str | None:
     return Dataset(root).read_latest()
-
-
-def is_published(root: str, version: str) -> bool:
-    return Dataset(root).version(version).is_published()

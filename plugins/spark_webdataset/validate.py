@@ -246,7 +246,3 @@ def _check_with_spark(uri, tasks, required, master):
     grouped.unpersist()
     checked.unpersist()
     return results, (count, [(row["key"], list(row["shards"])) for row in repeated])
-
-
-def read_validation(uri: str) -> dict | None:
-    return Version.at(uri).read_validation()

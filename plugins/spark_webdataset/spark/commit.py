@@ -77,10 +77,6 @@ class Journal:
         )
 
 
-def _no_fault() -> None:
-    pass
-
-
 def roll_forward(version: Version, lock: CommitLock) -> bool:
     """Finish a commit that died after deciding (its journal is there); True if there was one."""
     storage = version.storage
@@ -89,7 +85,7 @@ def roll_forward(version: Version, lock: CommitLock) -> bool:
         return False
     journal = Journal.from_json(data)
     log.warning("webdataset: finishing the interrupted commit of job %s in %s", journal.job_id, version.uri)
-    _apply(version, journal, lock, manifest_token=None, fresh=False, between=_no_fault)
+    _apply(version, journal, lock, manifest_token=None, fresh=False, between=lambda: None)
     # Its job is dead (we hold the lock it held): its staging goes too.
     storage.delete_tree(storage.join(version.staging_uri, journal.job_id))
     storage.remove_empty_dir(version.staging_uri)

@@ -81,8 +81,11 @@ def resolve(uri: str) -> tuple[list[str], Manifest | None]:
         return [base], None
     if not any(c in base for c in "*?[{"):
         dataset = Dataset(base)
-        version = dataset.latest_version() if dataset.is_dataset_root() else Version.at(base)
-        manifest = version.committed_manifest()
+        if dataset.is_dataset_root():
+            version, manifest = dataset.latest()
+        else:
+            version = Version.at(base)
+            manifest = version.committed_manifest()
         if manifest is not None:
             return [version.shard_uri(shard.name) for shard in manifest.shards], manifest
         names = sorted(n for n in storage.list_sizes(base) if n.endswith(".tar"))
