@@ -1,4 +1,4 @@
-"""One SparkSession for the whole test session (local[2,3]: 2 cores, 3 attempts per task)."""
+"""One SparkSession for the session: local[2,2] (2 cores; 2 attempts a task: one retry shows)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def spark(gcs_emulator):
     import spark_webdataset
 
     session = (
-        SparkSession.builder.master("local[2,3]")
+        SparkSession.builder.master("local[2,2]")
         .appName("spark-webdataset-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")

@@ -321,13 +321,13 @@ def test_reshard_main_exit_2_for_bad_input(tmp_path, capsys) -> None:
 
 
 @pytest.mark.slow
-def test_reshard_main_exit_0_on_success(written, tmp_path) -> None:
-    code = "import sys\nfrom spark_webdataset.reshard_job import main\nsys.exit(main(sys.argv[1:]))\n"
-    done = run_python(code, "--input", str(v1(written)), "--output", str(tmp_path / "out"), "--version", "r",
-                      "--max-samples-per-shard", "60", cwd=tmp_path)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_reshard_main_exit_0_on_success(spark, written, tmp_path, capsys) -> None:
+    from spark_webdataset.reshard_job import main
+
+    assert main(["--input", str(v1(written)), "--output", str(tmp_path / "out"), "--version", "r",
+                 "--max-samples-per-shard", "60"]) == 0  # fmt: skip
     document = assert_version_consistent(tmp_path / "out" / "versions" / "r")
-    assert f"wrote {len(document['shards'])} shards, 120 samples" in done.stdout
+    assert f"wrote {len(document['shards'])} shards, 120 samples" in capsys.readouterr().out
     assert all(s["samples"] <= 60 for s in document["shards"])
     assert tar_samples(shard_paths(tmp_path / "out" / "versions" / "r")) == tar_samples(shard_paths(v1(written)))
 
@@ -434,14 +434,15 @@ def test_build_job_main_exit_2_for_bad_input(tmp_path, capsys) -> None:
 
 
 @pytest.mark.slow
-def test_build_job_main_exit_2_for_a_missing_source(tmp_path) -> None:
+def test_build_job_main_exit_2_for_a_missing_source(spark, tmp_path, capsys) -> None:
+    from spark_webdataset.build_job import main
+
     missing = tmp_path / "no-such-source"
-    code = "import sys\nfrom spark_webdataset.build_job import main\nsys.exit(main(sys.argv[1:]))\n"
-    done = run_python(code, "--source", str(missing), "--output", str(tmp_path / "out"), "--version", "v",
-                      "--key", "id", cwd=tmp_path)  # fmt: skip
-    assert done.returncode == 2, (done.stdout[-2000:], done.stderr[-2000:])  # bad input: Airflow need not retry
-    errors = [line for line in done.stderr.splitlines() if line.startswith("build_webdataset: error:")]
-    assert len(errors) == 1 and str(missing) in errors[0], done.stderr[-3000:]
+    code = main(["--source", str(missing), "--output", str(tmp_path / "out"), "--version", "v", "--key", "id"])
+    err = capsys.readouterr().err
+    assert code == 2, err[-2000:]  # bad input: Airflow need not retry
+    errors = [line for line in err.splitlines() if line.startswith("build_webdataset: error:")]
+    assert len(errors) == 1 and str(missing) in errors[0], err[-3000:]
     assert not (tmp_path / "out" / "versions" / "v" / "_manifest.json").exists()
 
 

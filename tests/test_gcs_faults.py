@@ -57,8 +57,15 @@ def version_bytes(root: str, version: str) -> dict[str, bytes]:
     return files
 
 
-def test_pipeline_completes_through_faults_with_identical_output(bucket, gcs_emulator, digits_source, monkeypatch) -> None:
-    clean = run_pipeline(digits_source, f"{bucket}/clean", "v", gcs_emulator.url, monkeypatch)
+def test_pipeline_completes_through_faults_with_identical_output(
+    spark, bucket, gcs_emulator, digits_source, monkeypatch
+) -> None:
+    from spark_webdataset.build_job import build, parser
+
+    # the baseline in this process's Spark, straight to the emulator; the faulty run is a real spark-submit
+    build(spark, parser().parse_args(job_args(digits_source, f"{bucket}/clean", "v")))
+    validate_step(f"{bucket}/clean", "v", f"{bucket}/clean/versions/v")
+    clean = publish_step(f"{bucket}/clean", "v")
     plan = FaultPlan(rate=0.1, max_faults=15, seconds=300, seed=5)
     proxy = FaultProxy(gcs_emulator.url, plan)
     try:
@@ -77,14 +84,13 @@ def test_pipeline_completes_through_faults_with_identical_output(bucket, gcs_emu
     assert plan.requests == requests, "the comparison went through the fault proxy"
 
 
-def test_writer_killed_mid_upload_leaves_nothing_under_a_final_name(bucket, gcs_emulator, tmp_path) -> None:
-    from test_dag_runs import big_source
-
-    source = big_source(tmp_path / "source", rows=4000)
+def test_writer_killed_mid_upload_leaves_nothing_under_a_final_name(bucket, gcs_emulator, digits_source) -> None:
     root = f"{bucket}/killed"
     storage = storage_for(root)
-    args = ["--source", source, "--output", root, "--version", "v", "--key", "format_string('%06d', id)",
-            "--field", "bin=image", "--max-shard-bytes", "32MiB"]  # fmt: skip
+    # one sample a shard: a task's first batch finishes (uploads) many staged shards, then the task
+    # stops with the next upload open and the kill lands mid-upload
+    args = ["--source", digits_source, "--output", root, "--version", "v", "--key", "format_string('%06d', id)",
+            "--field", "png=image", "--max-samples-per-shard", "1", "--write-option", "_testFault=pause:600"]  # fmt: skip
     job = spark_submit(args, gcs_emulator.url, wait=False)
     deadline = time.monotonic() + 240
     try:

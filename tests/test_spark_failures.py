@@ -30,7 +30,7 @@ def read_keys(directory) -> list[str]:
 
 @pytest.mark.parametrize("fault", ["raise:0,2", "exit:1"])
 def test_retried_task_gives_exactly_the_input(spark, tmp_path, fault: str) -> None:
-    """local[2,3]: the first attempt fails (an exception, or a worker that dies), the retry succeeds."""
+    """local[2,2]: the first attempt fails (an exception, or a worker that dies), the retry succeeds."""
     target = tmp_path / "v"
     (
         keyed_frame(spark)

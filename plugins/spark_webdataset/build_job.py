@@ -49,6 +49,13 @@ def parse_field(text: str) -> Field:
     return Field(extension, expression)
 
 
+def parse_write_option(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"--write-option {text!r}: write NAME=VALUE, e.g. commitLeaseSeconds=300")
+    return name, value
+
+
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="build_webdataset", description=__doc__.split("\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
@@ -83,6 +90,14 @@ def parser() -> argparse.ArgumentParser:
         "--skip-if-published",
         action="store_true",
         help="exit 0 without writing if the version is published already (idempotent re-runs)",
+    )
+    parser.add_argument(
+        "--write-option",
+        action="append",
+        type=parse_write_option,
+        default=[],
+        metavar="NAME=VALUE",
+        help="any other option of the webdataset writer (repeat), e.g. commitLeaseSeconds=300",
     )
     parser.add_argument("--summary-json", help="also write the summary as JSON to this local path")
     return parser
@@ -187,6 +202,8 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
     )
     if args.max_samples_per_shard:
         writer = writer.option("maxSamplesPerShard", str(args.max_samples_per_shard))
+    for name, value in args.write_option:
+        writer = writer.option(name, value)
     writer.save(target)
     seconds = time.monotonic() - started
     manifest = version.read_manifest()
@@ -256,6 +273,9 @@ def run_job(name: str, job, args: argparse.Namespace) -> tuple[int, dict | None]
     except InputError as error:
         print(f"{name}: error: {error}", file=sys.stderr, flush=True)
         return 2, None
+    from pyspark.sql import SparkSession
+
+    owned = SparkSession.getActiveSession() is None  # a caller's session (a notebook, a test) stays up
     spark = spark_session()
     try:
         return 0, job(spark, args)
@@ -265,7 +285,8 @@ def run_job(name: str, job, args: argparse.Namespace) -> tuple[int, dict | None]
         bad_input = isinstance(cause, InputError) or (cause is None and _names_missing_input(error))
         return (2 if bad_input or (cause is None and isinstance(error, ValueError)) else 1), None
     finally:
-        spark.stop()
+        if owned:
+            spark.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

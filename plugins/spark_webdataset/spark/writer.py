@@ -189,10 +189,13 @@ class WebDatasetWriter(DataSourceArrowWriter):
         )
 
     def _maybe_inject_fault(self, partition: int, attempt: int) -> None:
-        """Test-only fault (option _testFault="raise:0,1" or "exit:0"), first attempt only."""
+        """Test-only fault (option _testFault="raise:0,1", "exit:0" or "pause:SECONDS"), first attempt only."""
         if not self.options.test_fault or attempt != 0:
             return
         mode, _, partitions = self.options.test_fault.partition(":")
+        if mode == "pause":  # hold the task mid-write so a test can kill the job there
+            time.sleep(float(partitions))
+            return
         if partitions and str(partition) not in partitions.split(","):
             return
         if mode == "exit":
