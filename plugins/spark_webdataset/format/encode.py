@@ -36,17 +36,6 @@ def _is(arrow_type: pa.DataType, predicates: tuple) -> bool:
     return any(predicate(arrow_type) for predicate in predicates)
 
 
-def encodable(arrow_type: pa.DataType) -> bool:
-    return (
-        _is(arrow_type, _TEXT_TYPES + _BINARY_TYPES + _NUMBER_TYPES + _NESTED_TYPES)
-        or pa.types.is_fixed_size_binary(arrow_type)
-        or pa.types.is_boolean(arrow_type)
-        or pa.types.is_date(arrow_type)
-        or pa.types.is_timestamp(arrow_type)
-        or pa.types.is_null(arrow_type)
-    )
-
-
 def encode_column(column: pa.Array, field: str) -> pa.Array:
     """The payload of every row's member for `field`, as large_binary (null: no member)."""
     arrow_type = column.type

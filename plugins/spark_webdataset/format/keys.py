@@ -6,7 +6,6 @@ streams, so memory is one block per run, whatever the dataset's size.
 
 from __future__ import annotations
 
-import heapq
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -40,17 +39,6 @@ class KeyRun:
                 key = ordered[pc.index(same, True).as_py()].as_py()
                 raise DuplicateKey(f"duplicate sample key {key!r}: a key may appear only once in a dataset")
         return ordered
-
-
-def first_duplicate(runs: Iterable[Iterable[str]]) -> tuple[str, int, int] | None:
-    """(key, run, other run) for the smallest key found in two sorted runs, or None."""
-    tagged = [_tag(run, number) for number, run in enumerate(runs)]
-    previous: tuple[str, int] | None = None
-    for key, number in heapq.merge(*tagged):
-        if previous is not None and key == previous[0]:
-            return key, previous[1], number
-        previous = (key, number)
-    return None
 
 
 def merge_blocks(runs: Iterable[Iterable[pa.Array]]) -> Iterator[tuple[pa.Array, np.ndarray]]:
@@ -125,26 +113,8 @@ def count_duplicates(
     return count, found
 
 
-def first_duplicate_blocks(runs: Iterable[Iterable[pa.Array]]) -> tuple[str, int, int] | None:
-    """`first_duplicate` over runs of sorted, duplicate-free Arrow blocks, a batch at a time."""
-    for _, found in first_duplicate_in_blocks(merge_blocks(runs)):
-        if found:
-            return found
-    return None
-
-
 def _next_block(blocks: Iterator[pa.Array]) -> pa.Array | None:
     for block in blocks:
         if len(block):
             return block
     return None
-
-
-def _tag(run: Iterable[str], number: int) -> Iterator[tuple[str, int]]:
-    for key in run:
-        yield key, number
-
-
-def iterate_blocks(blocks: Iterable[pa.Array]) -> Iterator[str]:
-    for block in blocks:
-        yield from block.to_pylist()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Sequence
 
-from ..errors import InvalidField, InvalidKey, WebDatasetError  # noqa: F401 - WebDatasetError re-exported
+from ..errors import InvalidField, WebDatasetError  # noqa: F401 - WebDatasetError re-exported
 
 KEY_COLUMN = "__key__"
 # Columns readers add or treat as metadata; a user column of this shape
@@ -55,14 +55,6 @@ def key_error(key: object) -> str | None:
             "the member name there"
         )
     return None
-
-
-def check_key(key: object) -> str:
-    """Return `key` if valid, else raise naming the key and the rule."""
-    problem = key_error(key)
-    if problem:
-        raise InvalidKey(f"invalid sample key {key!r}: {problem}")
-    return key  # type: ignore[return-value]
 
 
 def field_error(field: str) -> str | None:
