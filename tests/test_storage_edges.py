@@ -1,0 +1,137 @@
+"""Storage edges both backends must get right: missing objects, stale tokens, recursive times.
+
+Local storage on real files (tmp_path); gs:// against the session's real
+GCS API (fake-gcs-server). No Spark.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from spark_webdataset.errors import StorageError, UnsupportedScheme
+from spark_webdataset.storage import LocalStorage, storage_for
+from spark_webdataset.storage.gcs import split
+
+# -- local -----------------------------------------------------------------------------------------
+
+
+def test_reading_a_missing_file_names_it(tmp_path: Path) -> None:
+    missing = tmp_path / "versions" / "v1" / "_manifest.json"
+    with pytest.raises(StorageError, match=f"{missing}: no such file"):
+        LocalStorage().open_read(str(missing))
+
+
+def test_file_uris_and_plain_paths_are_the_same_files(tmp_path: Path) -> None:
+    storage = storage_for(f"file://{tmp_path}")
+    storage.write_atomic(f"file://{tmp_path}/a/b.json", b"{}")
+    assert (tmp_path / "a" / "b.json").read_bytes() == b"{}"
+    assert storage.list_sizes(str(tmp_path / "a")) == {"b.json": 2}
+    with pytest.raises(UnsupportedScheme, match="unsupported URI scheme 's3'"):
+        storage_for("s3://bucket/ds")
+
+
+def test_deleting_a_missing_file_is_fine(tmp_path: Path) -> None:
+    storage = LocalStorage()
+    path = str(tmp_path / "gone.tar")
+    storage.delete(path)
+    storage.write_atomic(path, b"x")
+    storage.delete(path)
+    storage.delete(path)
+    assert not storage.exists(path)
+
+
+def test_newest_modification_is_the_newest_below_the_directory(tmp_path: Path) -> None:
+    """Staging cleanup judges a job dead by this: every file at any depth counts, a dangling link does not."""
+    storage = LocalStorage()
+    assert storage.newest_modification(str(tmp_path / "nothing")) is None
+    (tmp_path / "job" / "deep" / "er").mkdir(parents=True)
+    old, new = time.time() - 3600, time.time() - 60
+    for path in [tmp_path / "job" / "a.tar", tmp_path / "job" / "deep" / "er" / "b.tar"]:
+        path.write_bytes(b"x")
+    os.symlink(tmp_path / "nowhere", tmp_path / "job" / "deep" / "dangling")
+    for directory, _, files in os.walk(tmp_path / "job"):
+        for name in files:
+            if not os.path.islink(os.path.join(directory, name)):
+                os.utime(os.path.join(directory, name), (old, old))
+        os.utime(directory, (old, old))
+    assert storage.newest_modification(str(tmp_path / "job")) == pytest.approx(old)
+    os.utime(tmp_path / "job" / "deep" / "er" / "b.tar", (new, new))
+    assert storage.newest_modification(str(tmp_path / "job")) == pytest.approx(new)
+
+
+def test_stale_tokens_neither_replace_nor_delete(tmp_path: Path) -> None:
+    """Compare-and-swap: a token from before someone else's write loses, even for the same bytes."""
+    storage = LocalStorage()
+    path = str(tmp_path / "LATEST")
+    storage.write_atomic(path, b"v1\n")
+    _, token = storage.read_versioned(path)
+    storage.write_atomic(path, b"v1\n")  # rewritten with the same bytes: a new file
+    assert storage.replace_if(path, b"v2\n", token) is False
+    assert storage.delete_if(path, token) is False
+    assert storage.read_bytes(path) == b"v1\n"
+    _, fresh = storage.read_versioned(path)
+    assert storage.delete_if(path, fresh) is True
+    assert storage.read_versioned(path) == (None, None)
+
+
+# -- gs:// -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("uri, message", [("/local/path", "not a gs:// URI"), ("gs:///object", "no bucket")])
+def test_malformed_gcs_uris_are_named(uri: str, message: str) -> None:
+    with pytest.raises(StorageError, match=f"{uri}: {message}"):
+        split(uri)
+
+
+def test_gcs_missing_objects_read_as_errors_and_delete_as_no_ops(bucket: str) -> None:
+    storage = storage_for(bucket)
+    path = storage.join(bucket, "versions", "v1", "_manifest.json")
+    with pytest.raises(StorageError, match=f"{path}: no such object"):
+        storage.open_read(path)
+    storage.delete(path)
+    assert storage.read_versioned(path) == (None, 0)
+    assert storage.delete_if(path, 0) is False  # nothing there to delete
+
+
+def test_gcs_delete_if_deletes_the_generation_it_read(bucket: str) -> None:
+    # (A stale generation cannot be tested here: fake-gcs-server ignores ifGenerationMatch on DELETE.)
+    storage = storage_for(bucket)
+    path = storage.join(bucket, "ds", "_commit.lock")
+    storage.create_only(path, b"mine")
+    _, current = storage.read_versioned(path)
+    assert storage.delete_if(path, current) is True
+    assert not storage.exists(path)
+    assert storage.delete_if(path, current) is False  # a retried delete finds it gone
+
+
+def test_gcs_newest_modification_is_recursive_and_empty_dirs_are_nothing(bucket: str) -> None:
+    storage = storage_for(bucket)
+    job = storage.join(bucket, "v1", "_staging", "job-1")
+    assert storage.newest_modification(job) is None
+    before = time.time()
+    storage.write_atomic(storage.join(job, "a.tar"), b"a")
+    storage.write_atomic(storage.join(job, "attempt-0", "b.tar"), b"b")
+    storage.write_atomic(
+        storage.join(bucket, "v1", "_staging", "job-10", "c.tar"), b"c"
+    )  # a sibling, not below
+    newest = storage.newest_modification(job)
+    assert newest is not None and before - 5 <= newest <= time.time() + 5
+    storage.remove_empty_dir(job)  # object stores have no directories: the objects stay
+    assert storage.list_sizes(job) == {"a.tar": 1}
+    assert storage.list_dirs(job) == ["attempt-0"]
+
+
+def test_gcs_conditional_writes_into_a_missing_bucket_raise_not_a_precondition(gcs_emulator) -> None:
+    """Only a 412 means 'someone else wrote it'; any other failure must surface, not read as lost races."""
+    from google.api_core import exceptions
+
+    from spark_webdataset.errors import PreconditionFailed
+
+    storage = storage_for("gs://no-such-bucket-here")
+    with pytest.raises(exceptions.NotFound) as error:
+        storage.create_only("gs://no-such-bucket-here/ds/_published/v1.json", b"{}")
+    assert not isinstance(error.value, PreconditionFailed)
