@@ -115,6 +115,7 @@ def build_version(directory: Path, samples: int, payload: int, shards: int, seed
                 name=shard_name(info.sequence),
                 samples=info.samples,
                 bytes=info.bytes,
+                crc32c=info.crc32c,
                 sha256=info.sha256,
                 first_key=info.first_key,
                 last_key=info.last_key,
@@ -197,7 +198,7 @@ def per_shard_check():
 def run_verify_one(uri: str) -> None:
     manifest = Manifest.from_json((Path(uri) / MANIFEST_NAME).read_bytes())
     entry = manifest.shards[0]
-    expected = {k: getattr(entry, k) for k in ("samples", "bytes", "sha256", "first_key", "last_key")}
+    expected = {k: getattr(entry, k) for k in ("samples", "bytes", "crc32c", "sha256", "first_key", "last_key")}
     report = per_shard_check()[1](entry.name, str(Path(uri) / entry.name), expected, ["bin", "cls"])
     if not report.ok:
         raise SystemExit(f"{per_shard_check()[0]} failed: {report.errors}")

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 from pathlib import Path
 
+import google_crc32c
+
 
 def manifest(directory: str | Path) -> dict:
     return json.loads((Path(directory) / "_manifest.json").read_text())
+
+
+def crc32c_text(data: bytes) -> str:
+    """crc32c as GCS reports it: base64 of the big-endian value (computed here by google_crc32c)."""
+    return base64.b64encode(google_crc32c.Checksum(data).digest()).decode()
 
 
 def shard_paths(directory: str | Path) -> list[Path]:
@@ -25,7 +33,9 @@ def assert_version_consistent(directory: str | Path, max_shard_bytes: int | None
     for entry, path in zip(document["shards"], paths):
         data = path.read_bytes()
         assert entry["bytes"] == len(data)
-        assert entry["sha256"] == hashlib.sha256(data).hexdigest()
+        assert entry["crc32c"] == crc32c_text(data)
+        if "sha256" in entry:  # written with checksum=sha256
+            assert entry["sha256"] == hashlib.sha256(data).hexdigest()
         if max_shard_bytes is not None and entry["samples"] > 1:
             assert len(data) <= max_shard_bytes, f"{path.name} is {len(data)} bytes"
     assert document["samples"] == sum(s["samples"] for s in document["shards"])

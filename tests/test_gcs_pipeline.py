@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import urllib.parse
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from spark_webdataset.format.manifest import Manifest
 from spark_webdataset.publish import publish, read_latest
 from spark_webdataset.storage import storage_for
 from spark_webdataset.validate import validate_version
+from helpers import crc32c_text
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ def test_spark_write_validate_publish_and_read_back(spark, bucket, gcs_emulator,
     assert sorted(storage.list_sizes(version)) == sorted(expected)
     assert storage.list_dirs(version) == ["_keys"]  # no staging left
     for shard in manifest.shards:
-        assert hashlib.sha256(storage.read_bytes(f"{version}/{shard.name}")).hexdigest() == shard.sha256
+        assert crc32c_text(storage.read_bytes(f"{version}/{shard.name}")) == shard.crc32c
 
     report = validate_version(version, workers=2)
     assert report.ok, report.summary()

@@ -113,7 +113,7 @@ def dotdot_member(root: Path) -> None:
 
 DEFECTS = {
     "truncated tar": (truncate, "truncated"),
-    "flipped byte": (flip_byte, "sha256"),
+    "flipped byte": (flip_byte, "crc32c"),
     "members not adjacent": (not_adjacent, "not adjacent"),
     "field twice": (field_twice, "appears twice in one sample"),
     "key in two shards": (key_in_two_shards, "key appears in shards shard-000000.tar, shard-000001.tar"),

@@ -16,10 +16,11 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
+from typing import Iterable
 
 from .commit_lock import CommitLock
 from .errors import NotCommitted, PreconditionFailed, PublishRefused
-from .format.manifest import Manifest
+from .format.manifest import Manifest, ShardEntry
 from .layout import (
     MANIFEST_NAME,
     Dataset,
@@ -69,23 +70,30 @@ def version_order(version: str) -> tuple:
     return (iso_utc(moment) if moment else "", natural_order(version))
 
 
-def shard_index(manifest: Manifest, source: str) -> bytes:
-    """A wids shard index (urls relative to it) with our extras; same manifest, same bytes."""
+def _index_entry(shard: ShardEntry, checked: dict | None) -> dict:
+    entry = {"url": shard.name, "nsamples": shard.samples, "filesize": shard.bytes}
+    # The writer records crc32c; sha256 comes from validation, which hashed every byte
+    # (or from a manifest written with checksum=sha256, which validation checked it against).
+    for what in ("crc32c", "sha256"):
+        value = getattr(shard, what) or (checked or {}).get(what)
+        if value:
+            entry[what] = value
+    entry["first_key"] = shard.first_key
+    entry["last_key"] = shard.last_key
+    return entry
+
+
+def shard_index(manifest: Manifest, source: str, validated: Iterable[dict] = ()) -> bytes:
+    """A wids shard index (urls relative to it) with our extras; same manifest and report, same bytes.
+
+    `validated` is the validation report's per-shard list (name, crc32c, sha256, ...).
+    """
+    checked = {shard["name"]: shard for shard in validated}
     document = {
         "__kind__": "wids-shard-index-v1",
         "wids_version": 1,
         "name": source,
-        "shardlist": [
-            {
-                "url": shard.name,
-                "nsamples": shard.samples,
-                "filesize": shard.bytes,
-                "sha256": shard.sha256,
-                "first_key": shard.first_key,
-                "last_key": shard.last_key,
-            }
-            for shard in manifest.shards
-        ],
+        "shardlist": [_index_entry(shard, checked.get(shard.name)) for shard in manifest.shards],
         "samples": manifest.samples,
         "fields": manifest.fields,
         "source": {"manifest": MANIFEST_NAME, "spark_application_id": manifest.run.get("spark_application_id")},
@@ -108,7 +116,7 @@ def publish(root: str, version: str, logical_date: str | datetime.datetime | Non
         if manifest_bytes is None:
             raise PublishRefused(f"{target.uri}: no {MANIFEST_NAME}; write the version first")
         digest = hashlib.sha256(manifest_bytes).hexdigest()
-        _check_validation(target, digest)
+        validation = _check_validation(target, digest)
         # The seal, then a compare-and-swap of the manifest onto itself: a
         # writer that lost its commit lock can no longer replace it.
         seal = {"__kind__": "spark-webdataset-seal-v1", "version": version}  # same bytes every time
@@ -117,7 +125,9 @@ def publish(root: str, version: str, logical_date: str | datetime.datetime | Non
         if not storage.replace_if(target.manifest_uri, manifest_bytes, token):
             raise PublishRefused(f"{target.uri}: the manifest changed while publishing; validate again")
     manifest = Manifest.from_json(manifest_bytes)
-    storage.write_atomic(target.index_uri, shard_index(manifest, f"{dataset.root}@{version}"))
+    storage.write_atomic(
+        target.index_uri, shard_index(manifest, f"{dataset.root}@{version}", validation.get("shards", ()))
+    )
     moment = _logical_date(version, logical_date)
     record = {
         "__kind__": RECORD_KIND,
@@ -158,7 +168,8 @@ def _logical_date(version: str, given: str | datetime.datetime | None) -> str:
     return iso_utc(timestamp_in_id(version) or datetime.datetime.now(datetime.timezone.utc))
 
 
-def _check_validation(target: Version, digest: str) -> None:
+def _check_validation(target: Version, digest: str) -> dict:
+    """The version's passing validation report for this manifest, or PublishRefused."""
     validation = target.read_validation()
     if validation is None:
         raise PublishRefused(f"{target.uri}: not validated; run `spark-webdataset validate {target.uri}` first")
@@ -168,6 +179,7 @@ def _check_validation(target: Version, digest: str) -> None:
         )
     if validation.get("manifest_sha256") != digest:
         raise PublishRefused(f"{target.uri}: the validation report is for another manifest; validate again")
+    return validation
 
 
 def _republish(dataset: Dataset, target: Version, record: dict | None, digest: str | None) -> PublishResult:

@@ -2,8 +2,10 @@
 
 Checks everything DESIGN.md lists (tar damage, unsafe or misshapen
 names, grouping, repeated fields, required fields, keys across shards,
-counts/bytes/sha256 against the manifest, missing and unlisted shards)
-and writes `_validation.json` next to the manifest. Shards are checked in
+counts/bytes/crc32c against the manifest (and sha256 where an older or
+checksum=sha256 manifest has it), missing and unlisted shards) and writes
+`_validation.json` next to the manifest, with each shard's crc32c and
+sha256 (publish puts the sha256 in the index). Shards are checked in
 a local process pool, or by a Spark job (one task per shard) for versions
 of thousands of shards. Keys are proven unique across the version by
 merging sorted per-shard runs (pool) or by Spark's group-by (Spark).
@@ -133,6 +135,7 @@ def _tasks(uri: str, manifest: Manifest, present: dict[str, int], required: Sequ
         yield shard.name, {
             "samples": shard.samples,
             "bytes": shard.bytes,
+            "crc32c": shard.crc32c,
             "sha256": shard.sha256,
             "first_key": shard.first_key,
             "last_key": shard.last_key,

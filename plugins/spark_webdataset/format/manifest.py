@@ -7,7 +7,7 @@ differs between runs (application id, job id, time) lives under "run".
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 MANIFEST_KIND = "spark-webdataset-manifest-v1"
@@ -23,9 +23,23 @@ class ShardEntry:
     name: str
     samples: int
     bytes: int
-    sha256: str
     first_key: str
     last_key: str
+    # Castagnoli, base64 of the big-endian value, as GCS reports it; None in manifests
+    # written before it existed (they carry sha256)
+    crc32c: str | None = None
+    sha256: str | None = None  # written with option checksum=sha256 (and by older writers)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest's shard entry; a checksum the writer did not compute is left out."""
+        document: dict[str, Any] = {"name": self.name, "samples": self.samples, "bytes": self.bytes}
+        if self.crc32c is not None:
+            document["crc32c"] = self.crc32c
+        if self.sha256 is not None:
+            document["sha256"] = self.sha256
+        document["first_key"] = self.first_key
+        document["last_key"] = self.last_key
+        return document
 
 
 @dataclass
@@ -51,7 +65,7 @@ class Manifest:
             "samples": self.samples,
             "bytes": self.bytes,
             "shard_count": len(self.shards),
-            "shards": [asdict(shard) for shard in self.shards],
+            "shards": [shard.to_dict() for shard in self.shards],
             "key": "__key__",
             "fields": self.fields,
             "options": self.options,

@@ -19,7 +19,6 @@ which names the error, the offset and the key.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import BinaryIO, Iterable
 
@@ -27,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .checksums import Digests
 from .names import INVALID_KEY_PATTERN
 from .ustar import BLOCK
 
@@ -43,6 +43,7 @@ _HEADERS_PER_CHECK = 4096  # header rows checked together: few numpy calls even 
 @dataclass
 class ShardScan:
     bytes: int
+    crc32c: str
     sha256: str
     keys: list[str]  # sample keys in shard order
 
@@ -140,7 +141,7 @@ class _Members:
         return code
 
 
-def _scan(stream: BinaryIO, members: _Members, digest) -> int:
+def _scan(stream: BinaryIO, members: _Members, digest: Digests) -> int:
     buffer = bytearray(CHUNK_BYTES)
     view = memoryview(buffer)
     array = np.frombuffer(buffer, np.uint8)
@@ -154,7 +155,7 @@ def _scan(stream: BinaryIO, members: _Members, digest) -> int:
         count = _read_full(stream, view)
         if not count:
             break
-        digest.update(view[:count])
+        digest.update(array[:count])  # a numpy view: crc32c reads it in place
         total += count
         if state == "end":
             continue  # what follows the end-of-archive blocks is hashed, not parsed
@@ -226,7 +227,7 @@ def _scan(stream: BinaryIO, members: _Members, digest) -> int:
 
 def scan_shard(stream: BinaryIO, required_fields: Iterable[str] = ()) -> ShardScan | None:
     """Read `stream` to its end; a ShardScan if the shard is surely valid, else None."""
-    digest = hashlib.sha256()
+    digest = Digests()
     members = _Members()
     try:
         total = _scan(stream, members, digest)
@@ -264,4 +265,4 @@ def scan_shard(stream: BinaryIO, required_fields: Iterable[str] = ()) -> ShardSc
         ordered = keys.take(pc.sort_indices(keys))
         if len(ordered) > 1 and pc.any(pc.equal(ordered[1:], ordered[:-1])).as_py():
             return None  # a key comes back after another key
-    return ShardScan(bytes=total, sha256=digest.hexdigest(), keys=keys.to_pylist())
+    return ShardScan(bytes=total, crc32c=digest.crc32c, sha256=digest.sha256, keys=keys.to_pylist())

@@ -6,11 +6,11 @@ process pool or in Spark tasks, and reads shards from any storage.
 
 from __future__ import annotations
 
-import hashlib
 import io
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterable
 
+from .checksums import Digests
 from .names import key_error
 from .sample_reader import TarFormatError, iter_samples
 from .scan import scan_shard
@@ -19,11 +19,11 @@ MAX_ERRORS_PER_SHARD = 20
 
 
 class _HashingRaw(io.RawIOBase):
-    """Hashes and counts every byte read from `stream`, in the large chunks a buffer asks for."""
+    """Hashes (crc32c, sha256) and counts every byte read from `stream`, in the large chunks a buffer reads."""
 
     def __init__(self, stream: BinaryIO) -> None:
         self.stream = stream
-        self.digest = hashlib.sha256()
+        self.digest = Digests()
         self.size = 0
 
     def readable(self) -> bool:
@@ -40,7 +40,7 @@ class _HashingRaw(io.RawIOBase):
 
 
 class HashingReader(io.BufferedReader):
-    """A buffered stream whose every byte, read or drained, goes into a sha256."""
+    """A buffered stream whose every byte, read or drained, goes into a crc32c and a sha256."""
 
     def __init__(self, stream: BinaryIO) -> None:
         self.hashed = _HashingRaw(stream)
@@ -59,6 +59,7 @@ class ShardReport:
     name: str
     samples: int = 0
     bytes: int = 0
+    crc32c: str = ""
     sha256: str = ""
     errors: list[dict] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)  # in shard order; sorted by the caller
@@ -77,6 +78,7 @@ class ShardReport:
             "ok": self.ok,
             "samples": self.samples,
             "bytes": self.bytes,
+            "crc32c": self.crc32c,
             "sha256": self.sha256,
             "errors": len(self.errors),
         }
@@ -87,8 +89,9 @@ def verify_shard(
 ) -> ShardReport:
     """Stream `stream` once; report every rule it breaks (up to a bound) with offsets and keys.
 
-    `expected` is the shard's manifest entry (samples, bytes, sha256,
-    first_key, last_key), or None for a shard the manifest does not list.
+    `expected` is the shard's manifest entry (samples, bytes, crc32c and/or
+    sha256, first_key, last_key), or None for a shard the manifest does not
+    list. Both checksums are computed; those the entry carries are compared.
     """
     report = ShardReport(name)
     required = set(required_fields)
@@ -108,7 +111,8 @@ def verify_shard(
         report.error(error.message, error.offset, error.key)
         reader.drain()
     report.bytes = reader.hashed.size
-    report.sha256 = reader.hashed.digest.hexdigest()
+    report.crc32c = reader.hashed.digest.crc32c
+    report.sha256 = reader.hashed.digest.sha256
     _compare_with_manifest(report, expected)
     return report
 
@@ -124,7 +128,9 @@ def check_shard(
     if scan is None:
         with open_stream() as stream:
             return verify_shard(name, stream, expected, required)
-    report = ShardReport(name, samples=len(scan.keys), bytes=scan.bytes, sha256=scan.sha256, keys=scan.keys)
+    report = ShardReport(
+        name, samples=len(scan.keys), bytes=scan.bytes, crc32c=scan.crc32c, sha256=scan.sha256, keys=scan.keys
+    )
     _compare_with_manifest(report, expected)
     return report
 
@@ -133,8 +139,9 @@ def _compare_with_manifest(report: ShardReport, expected: dict | None) -> None:
     if expected is None:
         report.error("shard is present but not listed in the manifest")
         return
-    for what in ("bytes", "sha256"):
-        if getattr(report, what) != expected[what]:
+    # crc32c is what the writer records; sha256 is in manifests of checksum=sha256 and of older writers
+    for what in ("bytes", "crc32c", "sha256"):
+        if expected.get(what) is not None and getattr(report, what) != expected[what]:
             report.error(f"{what} {getattr(report, what)} differs from the manifest's {expected[what]}")
     if report.ok and report.samples != expected["samples"]:
         report.error(f"{report.samples} samples, the manifest says {expected['samples']}")

@@ -249,6 +249,7 @@ def _plan(
                     name=name,
                     samples=shard.samples,
                     bytes=shard.bytes,
+                    crc32c=shard.crc32c,
                     sha256=shard.sha256,
                     first_key=shard.first_key,
                     last_key=shard.last_key,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..errors import BadOption
+from ..format.checksums import CHECKSUMS, CRC32C
 from ..format.shard_writer import MIN_SHARD_BYTES
 from ..format.sizes import parse_size
 from ..format.ustar import MAX_USTAR_SIZE
@@ -27,6 +28,7 @@ _KNOWN = {
     "maxsamplespershard",
     "mtime",
     "allowpax",
+    "checksum",
     COMMIT_LEASE_OPTION,
     TEST_FAULT_OPTION,
     TEST_COMMIT_DELAY_OPTION,
@@ -55,6 +57,13 @@ def parse_int(name: str, value: object, minimum: int, maximum: int | None = None
     return number
 
 
+def parse_choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
+    text = str(value).strip().lower()
+    if text not in allowed:
+        raise BadOption(f"option {name}={value!r} must be one of {', '.join(allowed)}")
+    return text
+
+
 def parse_seconds(name: str, value: object) -> float:
     try:
         number = float(str(value).strip())
@@ -72,6 +81,7 @@ class WriteOptions:
     max_samples_per_shard: int | None = None
     mtime: int = 0
     allow_pax: bool = False
+    checksum: str = CRC32C  # crc32c always; "sha256" computes and records sha256 as well
     commit_lease_seconds: float = DEFAULT_COMMIT_LEASE_SECONDS
     test_fault: str | None = None
     test_commit_delay: float = 0.0
@@ -84,7 +94,7 @@ class WriteOptions:
         if unknown:
             raise BadOption(
                 f"unknown option(s) {', '.join(unknown)} for format webdataset "
-                "(known: maxShardBytes, maxSamplesPerShard, mtime, allowPax, commitLeaseSeconds)"
+                "(known: maxShardBytes, maxSamplesPerShard, mtime, allowPax, checksum, commitLeaseSeconds)"
             )
         path = lowered.get("path")
         if not path:
@@ -105,6 +115,7 @@ class WriteOptions:
             max_samples_per_shard=parse_int("maxSamplesPerShard", max_samples, 1) if max_samples else None,
             mtime=parse_int("mtime", lowered.get("mtime", "0"), 0, MAX_USTAR_SIZE),
             allow_pax=parse_bool("allowPax", lowered.get("allowpax", "false")),
+            checksum=parse_choice("checksum", lowered.get("checksum", CRC32C), CHECKSUMS),
             commit_lease_seconds=parse_seconds(
                 "commitLeaseSeconds", lowered.get(COMMIT_LEASE_OPTION, DEFAULT_COMMIT_LEASE_SECONDS)
             ),
@@ -114,10 +125,11 @@ class WriteOptions:
         )
 
     def manifest_options(self) -> dict[str, Any]:
-        """What shapes the bytes; recorded in the manifest."""
+        """What shapes the bytes (and the manifest's checksums); recorded in the manifest."""
         return {
             "maxShardBytes": self.max_shard_bytes,
             "maxSamplesPerShard": self.max_samples_per_shard,
             "mtime": self.mtime,
             "allowPax": self.allow_pax,
+            "checksum": self.checksum,
         }

@@ -158,6 +158,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
             max_samples_per_shard=self.options.max_samples_per_shard,
             mtime=self.options.mtime,
             allow_pax=self.options.allow_pax,
+            checksum=self.options.checksum,
         )
         keys = KeyRun()
         batches = 0
