@@ -122,6 +122,10 @@ class PreconditionFailed(StorageError):
     """A create-only or compare-and-swap write found the object changed."""
 
 
+class ChecksumMismatch(StorageError):
+    """A stored object whose server-side checksum differs from the bytes the writer wrote."""
+
+
 class UnsupportedScheme(StorageError, InputError):
     """A URI scheme we have no storage for."""
 

@@ -3,8 +3,10 @@
 Under the version's commit lock it (1) finishes a commit that died
 half-way (its journal), (2) refuses a sealed or published version,
 (3) proves the new keys unique among themselves and against the keys the
-version holds, (4) writes a journal naming every rename and the new
-manifest, then (5) applies it: shards get their final names after the
+version holds, (4) on storage that keeps a server-side crc32c (gs://)
+checks every staged shard's against the crc32c its task computed while
+writing, (5) writes a journal naming every rename and the new
+manifest, then (6) applies it: shards get their final names after the
 last listed one, the manifest is replaced by compare-and-swap, leftovers
 go. An overwrite removes the manifest before its renames, so a reader
 sees the old set, the new set, or "not committed", never a mix; a crash
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..commit_lock import CommitLock
-from ..errors import ConcurrentCommit, DuplicateKey, FieldMismatch, NotCommitted
+from ..errors import ChecksumMismatch, ConcurrentCommit, DuplicateKey, FieldMismatch, NotCommitted
 from ..format.keys import first_duplicate_in_blocks, merge_blocks
 from ..format.manifest import Manifest, ShardEntry, shard_name
 from ..layout import KEYS_DIR, Version
@@ -176,6 +178,7 @@ def commit_job(writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessa
             key_run = _merge_keys(version, writer, messages, existing)
             lock.renew()
             journal = _plan(version, writer, messages, existing, key_run)
+            _check_uploads(version, writer, journal)
             version.storage.write_atomic(version.journal_uri, journal.to_json())
             decided = True
             _apply(version, journal, lock, token, fresh=True, between=_test_fault(writer))
@@ -274,6 +277,28 @@ def _plan(
         },
     )
     return Journal(writer.job_id, writer.overwrite, renames, manifest.to_json())
+
+
+def _check_uploads(version: Version, writer: "WebDatasetWriter", journal: Journal) -> None:
+    """End-to-end integrity at the cost of one listing: every staged shard's server-side crc32c
+    (gs://) must be the crc32c its task computed over the bytes it wrote. A mismatch fails the
+    commit before anything is decided; the staged files go with the job."""
+    storage = version.storage
+    stored = storage.crc32c_below(writer.staging_root)
+    if stored is None:
+        return  # local files: the server keeps no checksum, and reading them again is validation's job
+    root = writer.staging_root.rstrip("/") + "/"
+    written = {shard.name: shard.crc32c for shard in Manifest.from_json(journal.manifest).shards}
+    for staged, final in journal.renames:
+        if final not in written:
+            continue  # the key run: not a shard
+        path = version.path(staged)
+        server = stored.get(path[len(root) :]) if path.startswith(root) else None
+        if server != written[final]:
+            raise ChecksumMismatch(
+                f"{version.uri}: shard {final} (staged as {path}) has crc32c {server} on the server, but the "
+                f"task computed {written[final]} over the bytes it wrote: the upload is corrupt; write again"
+            )
 
 
 def _relative(version: Version, path: str) -> str:

@@ -73,6 +73,12 @@ class Storage(ABC):
     def remove_empty_dir(self, directory: str) -> None:
         """Remove `directory` if it holds nothing (object stores have no directories: a no-op)."""
 
+    def crc32c_below(self, directory: str) -> dict[str, str] | None:
+        """The crc32c the server keeps for every object below `directory` (recursive), by path
+        relative to it, as GCS reports it (base64 of the big-endian value); None if this storage
+        keeps none (local files: checking them would mean reading every byte again)."""
+        return None
+
     def read_bytes(self, path: str) -> bytes:
         with self.open_read(path) as stream:
             return stream.read()

@@ -128,6 +128,13 @@ class GCSStorage(Storage):
     def remove_empty_dir(self, directory: str) -> None:
         pass
 
+    def crc32c_below(self, directory: str) -> dict[str, str] | None:
+        """From the listing (a page per 1000 objects): the server's crc32c of what it stored."""
+        bucket, prefix = split(directory)
+        prefix = prefix.rstrip("/") + "/"
+        blobs = client().list_blobs(bucket, prefix=prefix, retry=_retry())
+        return {blob.name[len(prefix) :]: blob.crc32c for blob in blobs}
+
     def delete_tree(self, directory: str) -> None:
         from google.api_core import exceptions
 
