@@ -387,3 +387,32 @@ def test_from_spark_returns_our_own_errors_as_they_are() -> None:
     assert isinstance(
         from_spark(RuntimeError("spark_webdataset.errors.DuplicateKey: twice")), WebDatasetError
     )
+
+
+GAP = datetime.timedelta(seconds=3)
+
+
+@pytest.mark.parametrize(
+    "kind, value, path",
+    [
+        (pa.struct([("n", pa.string()), ("gap", pa.duration("us"))]), {"n": "n", "gap": GAP}, "'x.gap'"),
+        (pa.list_(pa.struct([("gap", pa.duration("s"))])), [{"gap": GAP}], r"'x\[\].gap'"),
+        (pa.map_(pa.string(), pa.duration("ms")), [("k", GAP)], r"'x\{value\}'"),
+    ],
+)
+def test_a_nested_value_without_a_json_form_is_refused_naming_the_column(kind, value, path: str) -> None:
+    rule = rf"column 'x' holds {path} of type duration\[\w+\], which has no JSON form"
+    with pytest.raises(InvalidField, match=rule):
+        encode_column(pa.array([None, value], kind), "x")
+    with pytest.raises(InvalidField, match=rule):  # by its type: even when every value is null
+        encode_column(pa.nulls(2, kind), "x")
+
+
+def test_a_value_the_type_check_let_through_is_still_refused_naming_column_and_row(monkeypatch) -> None:
+    from spark_webdataset.format import encode
+
+    monkeypatch.setattr(encode, "_check_json_form", lambda *args: None)  # as if a new leaf type slipped by
+    kind = pa.struct([("gap", pa.duration("s"))])
+    column = pa.array([{"gap": None}, None, {"gap": datetime.timedelta(seconds=1)}], kind)
+    with pytest.raises(InvalidField, match="column 'x', row 2 of the batch: cannot encode timedelta as JSON"):
+        encode_column(column, "x")

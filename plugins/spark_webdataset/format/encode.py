@@ -5,6 +5,9 @@ binary as is; string as UTF-8; numbers and booleans as decimal text (the
 date/timestamp as ISO-8601 text (timestamps with a zone in UTC, with a
 "Z"); null leaves the member out. Everything but nested types stays in
 Arrow's C++ kernels.
+
+A nested type whose leaves have no JSON form (a duration, an
+interval, ...) is refused by its type, before any row is encoded.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ def encode_column(column: pa.Array, field: str) -> pa.Array:
     if pa.types.is_null(arrow_type):
         return pa.nulls(len(column), pa.large_binary())
     if _is(arrow_type, _NESTED_TYPES):
-        return _encode_json(column)
+        _check_json_form(arrow_type, field, field)
+        return _encode_json(column, field)
     raise InvalidField(
         f"column {field!r} has type {arrow_type}, which webdataset cannot encode "
         "(use binary, string, numbers, boolean, date, timestamp, struct, map or array)"
@@ -71,6 +75,40 @@ def _encode_timestamp(column: pa.Array) -> pa.Array:
     if suffix:
         text = pc.binary_join_element_wise(text, pa.scalar(suffix), "")
     return text.cast(pa.large_string()).cast(pa.large_binary())
+
+
+_JSON_LEAF_TYPES = _TEXT_TYPES + _BINARY_TYPES + _NUMBER_TYPES + (
+    pa.types.is_fixed_size_binary,
+    pa.types.is_boolean,
+    pa.types.is_null,
+    pa.types.is_date,
+    pa.types.is_timestamp,
+    pa.types.is_time,
+)
+
+
+def _check_json_form(arrow_type: pa.DataType, field: str, path: str) -> None:
+    """Refuse a nested type with a leaf `_json_default` cannot write, naming where it sits.
+
+    `path` spells the place: `meta.gap` (struct field), `meta[]` (array
+    item), `meta{key}` / `meta{value}` (map key / value).
+    """
+    if pa.types.is_struct(arrow_type):
+        for i in range(arrow_type.num_fields):
+            child = arrow_type.field(i)
+            _check_json_form(child.type, field, f"{path}.{child.name}")
+    elif pa.types.is_map(arrow_type):
+        _check_json_form(arrow_type.key_type, field, f"{path}{{key}}")
+        _check_json_form(arrow_type.item_type, field, f"{path}{{value}}")
+    elif _is(arrow_type, (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)):
+        _check_json_form(arrow_type.value_type, field, f"{path}[]")
+    elif pa.types.is_dictionary(arrow_type):
+        _check_json_form(arrow_type.value_type, field, path)
+    elif not _is(arrow_type, _JSON_LEAF_TYPES):
+        raise InvalidField(
+            f"column {field!r} holds {path!r} of type {arrow_type}, which has no JSON form (inside a "
+            "struct, map or array use binary, string, numbers, boolean, date, timestamp or nested types)"
+        )
 
 
 def _json_default(value: Any) -> Any:
@@ -103,14 +141,29 @@ def _plain(value: Any, arrow_type: pa.DataType) -> Any:
     return value
 
 
-def _encode_json(column: pa.Array) -> pa.Array:
+def _encode_json(column: pa.Array, field: str) -> pa.Array:
     arrow_type = column.type
-    encoded = [
-        None
-        if value is None
-        else json.dumps(
-            _plain(value, arrow_type), separators=(",", ":"), ensure_ascii=False, default=_json_default
-        ).encode()
-        for value in column.to_pylist(maps_as_pydicts=None)
-    ]
+    values = column.to_pylist(maps_as_pydicts=None)
+    try:
+        encoded = [
+            None
+            if value is None
+            else json.dumps(
+                _plain(value, arrow_type), separators=(",", ":"), ensure_ascii=False, default=_json_default
+            ).encode()
+            for value in values
+        ]
+    except TypeError as error:  # a leaf `_check_json_form` let through: still name the column and row
+        row = next(i for i, value in enumerate(values) if not _has_json_form(value, arrow_type))
+        raise InvalidField(
+            f"column {field!r}, row {row} of the batch: {error} (struct/map/array values need a JSON form)"
+        ) from None
     return pa.array(encoded, pa.large_binary())
+
+
+def _has_json_form(value: Any, arrow_type: pa.DataType) -> bool:
+    try:
+        json.dumps(_plain(value, arrow_type), default=_json_default)
+    except TypeError:
+        return False
+    return True
