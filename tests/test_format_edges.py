@@ -389,6 +389,46 @@ def test_from_spark_returns_our_own_errors_as_they_are() -> None:
     )
 
 
+NESTED_BINARY = pa.struct(
+    [
+        ("raw", pa.binary()),
+        ("big", pa.large_binary()),
+        ("parts", pa.list_(pa.binary())),
+        ("by_name", pa.map_(pa.string(), pa.binary())),
+        ("by_bytes", pa.map_(pa.binary(), pa.binary())),
+    ]
+)
+NESTED_BINARY_VALUE = {
+    "raw": b"\x00\x01",
+    "big": b"\xff" * 5,
+    "parts": [b"", None, b"\x80abc"],
+    "by_name": [("a", b"\x00"), ("b", None)],
+    "by_bytes": [(b"\x00\xfe", b"\x01")],
+}
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array([NESTED_BINARY_VALUE, None, dict.fromkeys(NESTED_BINARY.names)], NESTED_BINARY),
+        pa.array([[b"\x00\x01", None], None, []], pa.list_(pa.binary())),
+        pa.array([[("k", b"\x00\x01")], None, [("e", b"")]], pa.map_(pa.string(), pa.binary())),
+    ],
+    ids=["struct", "array", "map"],
+)
+def test_binary_inside_nested_types_survives_encode_then_decode(column: pa.Array) -> None:
+    payloads = encode_column(column, "f").to_pylist()
+    assert decode_column(payloads, column.type, "f", ["a", "b", "c"]).equals(column)
+
+
+def test_nested_binary_that_is_not_base64_names_the_sample_and_field() -> None:
+    kind = pa.struct([("raw", pa.binary())])
+    assert decode_column([b'{"raw":"AAE="}'], kind, "f", ["k0"]).to_pylist() == [{"raw": b"\x00\x01"}]
+    for bad in (b'{"raw":"AA!="}', b'{"raw":7}'):
+        with pytest.raises(InputError, match="sample 'k1', field 'f': cannot decode"):
+            decode_column([b'{"raw":"AAE="}', bad], kind, "f", ["k0", "k1"])
+
+
 GAP = datetime.timedelta(seconds=3)
 
 

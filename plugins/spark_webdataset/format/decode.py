@@ -2,11 +2,14 @@
 
 Binary stays as is; the other types parse the text the writer wrote (and
 the usual spellings other tools write: "true"/"false", ISO dates with or
-without a zone). A payload that does not parse names the field and key.
+without a zone). Binary inside struct/map/array JSON (values and map
+keys) is base64 text, as the writer wrote it. A payload that does not
+parse names the field and key.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
 import decimal
 import json
@@ -42,6 +45,15 @@ def _naive_timestamp(data: bytes) -> datetime.datetime:
     return datetime.datetime.fromisoformat(data.decode("ascii").strip().rstrip("Z"))
 
 
+_BINARY_TYPE_IDS = frozenset(t.id for t in (pa.binary(), pa.large_binary(), pa.binary_view(), pa.binary(1)))
+
+
+def _base64(value: Any) -> bytes:
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not base64 text")
+    return base64.b64decode(value, validate=True)
+
+
 def _json_value(arrow_type: pa.DataType) -> Callable[[bytes], Any]:
     def parse(data: bytes) -> Any:
         return _from_json(json.loads(data), arrow_type)
@@ -53,6 +65,8 @@ def _from_json(value: Any, arrow_type: pa.DataType) -> Any:
     if value is None:
         return None
     if pa.types.is_map(arrow_type):
+        if arrow_type.key_type.id in _BINARY_TYPE_IDS:
+            return [(_base64(k), _from_json(v, arrow_type.item_type)) for k, v in value.items()]
         return [(k, _from_json(v, arrow_type.item_type)) for k, v in value.items()]
     if pa.types.is_struct(arrow_type):
         return {
@@ -67,6 +81,8 @@ def _from_json(value: Any, arrow_type: pa.DataType) -> Any:
         return datetime.date.fromisoformat(value)
     if pa.types.is_decimal(arrow_type):
         return decimal.Decimal(str(value))
+    if arrow_type.id in _BINARY_TYPE_IDS:
+        return _base64(value)
     return value
 
 

@@ -6,7 +6,9 @@ date/timestamp as ISO-8601 text (timestamps with a zone in UTC, with a
 "Z"); null leaves the member out. Everything but nested types stays in
 Arrow's C++ kernels.
 
-A nested type whose leaves have no JSON form (a duration, an
+Inside the JSON, binary (values and map keys) is standard base64 text
+with padding: `decode.py` turns it back into bytes where the read schema
+says binary. A nested type whose leaves have no JSON form (a duration, an
 interval, ...) is refused by its type, before any row is encoded.
 """
 
@@ -77,6 +79,7 @@ def _encode_timestamp(column: pa.Array) -> pa.Array:
     return text.cast(pa.large_string()).cast(pa.large_binary())
 
 
+_BINARY_TYPE_IDS = frozenset(t.id for t in (pa.binary(), pa.large_binary(), pa.binary_view(), pa.binary(1)))
 _JSON_LEAF_TYPES = _TEXT_TYPES + _BINARY_TYPES + _NUMBER_TYPES + (
     pa.types.is_fixed_size_binary,
     pa.types.is_boolean,
@@ -126,10 +129,12 @@ def _json_default(value: Any) -> Any:
 
 
 def _plain(value: Any, arrow_type: pa.DataType) -> Any:
-    """Arrow's Python value with maps turned into JSON objects."""
+    """Arrow's Python value with maps turned into JSON objects (binary keys as base64)."""
     if value is None:
         return None
     if pa.types.is_map(arrow_type):
+        if arrow_type.key_type.id in _BINARY_TYPE_IDS:
+            return {base64.b64encode(k).decode("ascii"): _plain(v, arrow_type.item_type) for k, v in value}
         return {str(k): _plain(v, arrow_type.item_type) for k, v in value}
     if pa.types.is_struct(arrow_type):
         return {
