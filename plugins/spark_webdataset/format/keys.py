@@ -20,6 +20,10 @@ class KeyRun:
 
     def __init__(self) -> None:
         self._chunks: list[pa.Array] = []
+        # Whether the keys came in strictly ascending order (set by sorted()): then every shard
+        # written from them holds exactly the keys between its first and last, and readers may
+        # skip shards whose range cannot match a key filter.
+        self.arrived_sorted = False
 
     def add(self, keys: pa.Array) -> None:
         # A copy: a column of a batch read from Arrow IPC shares the whole
@@ -32,7 +36,8 @@ class KeyRun:
             return pa.array([], pa.large_string())
         keys = pa.concat_arrays(self._chunks)
         self._chunks = [keys]
-        ordered = keys.take(pc.sort_indices(keys))
+        self.arrived_sorted = len(keys) < 2 or pc.all(pc.greater(keys[1:], keys[:-1])).as_py()
+        ordered = keys if self.arrived_sorted else keys.take(pc.sort_indices(keys))
         if len(ordered) > 1:
             same = pc.equal(ordered[1:], ordered[:-1])
             if pc.any(same).as_py():

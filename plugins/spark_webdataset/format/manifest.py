@@ -29,6 +29,9 @@ class ShardEntry:
     # written before it existed (they carry sha256)
     crc32c: str | None = None
     sha256: str | None = None  # written with option checksum=sha256 (and by older writers)
+    # True when the task that wrote the shard got its keys in ascending order (a key-sorted
+    # write): every key of the shard lies between first_key and last_key, so readers can prune.
+    keys_ascending: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest's shard entry; a checksum the writer did not compute is left out."""
@@ -39,6 +42,7 @@ class ShardEntry:
             document["sha256"] = self.sha256
         document["first_key"] = self.first_key
         document["last_key"] = self.last_key
+        document["keys_ascending"] = self.keys_ascending
         return document
 
 

@@ -256,6 +256,7 @@ def _plan(
                     sha256=shard.sha256,
                     first_key=shard.first_key,
                     last_key=shard.last_key,
+                    keys_ascending=message.keys_ascending,
                 )
             )
     key_run = f"{KEYS_DIR}/{staged_keys.rsplit('/', 1)[-1][len('keys-'):]}"

@@ -13,9 +13,21 @@ import fnmatch
 import logging
 import os
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
-from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    EqualNullSafe,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+    StringStartsWith,
+)
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from ..errors import BadOption, InputError, ManifestChanged, TarFormatError
@@ -137,6 +149,36 @@ def default_schema(options: ReadOptions) -> StructType:
     )
 
 
+def key_range_test(condition: Filter) -> Callable[[str, str], bool] | None:
+    """For a filter on `__key__`: may a shard holding only keys in [first, last] match it?
+
+    None for any other filter. Python orders str by code point, which is
+    the order of their UTF-8 bytes, Spark's string order.
+    """
+    if getattr(condition, "attribute", None) != (KEY_COLUMN,):
+        return None
+    value = getattr(condition, "value", None)
+    if isinstance(condition, In):
+        wanted = [v for v in value if isinstance(v, str)]  # a null matches no key
+        return lambda first, last: any(first <= v <= last for v in wanted)
+    if not isinstance(value, str):
+        return None
+    if isinstance(condition, (EqualTo, EqualNullSafe)):
+        return lambda first, last: first <= value <= last
+    if isinstance(condition, LessThan):
+        return lambda first, last: first < value
+    if isinstance(condition, LessThanOrEqual):
+        return lambda first, last: first <= value
+    if isinstance(condition, GreaterThan):
+        return lambda first, last: last > value
+    if isinstance(condition, GreaterThanOrEqual):
+        return lambda first, last: last >= value
+    if isinstance(condition, StringStartsWith):
+        # a first key above the prefix that does not start with it is above every key that does
+        return lambda first, last: last >= value and (first < value or first.startswith(value))
+    return None
+
+
 @dataclass
 class ShardPartition(InputPartition):
     url: str
@@ -154,11 +196,32 @@ class WebDatasetReader(DataSourceReader):
         self.fields = [f.name for f in schema.fields if f.name not in (KEY_COLUMN, URL_COLUMN)]
         self.urls, manifest = resolve(options.path)
         self.entries: list[ShardEntry | None] = list(manifest.shards) if manifest else [None] * len(self.urls)
+        self.selected = list(range(len(self.urls)))
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Skip the shards whose key range cannot match; Spark still applies every filter to the rows.
+
+        Only shards written from ascending keys (a key-sorted write) hold
+        nothing outside [first_key, last_key]; the others are always read.
+        """
+        tests = [test for test in map(key_range_test, filters) if test is not None]
+        self.selected = [
+            index
+            for index, entry in enumerate(self.entries)
+            if entry is None
+            or not entry.keys_ascending
+            or all(test(entry.first_key, entry.last_key) for test in tests)
+        ]
+        if len(self.selected) < len(self.entries):
+            log.info("webdataset: key filters leave %d of %d shards to read", len(self.selected), len(self.entries))
+        return filters
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [ShardPartition(url, index, entry) for index, (url, entry) in enumerate(zip(self.urls, self.entries))]
+        return [ShardPartition(self.urls[index], index, self.entries[index]) for index in self.selected]
 
     def read(self, partition: ShardPartition) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
+        if not isinstance(partition, ShardPartition):
+            return  # filters left no shard: Spark still runs one empty partition
         try:
             if self.options.skip_bad_shards:
                 _check_structure(partition.url)

@@ -66,6 +66,7 @@ class WebDatasetCommitMessage(WriterCommitMessage):
     staging: str
     shards: list[ShardInfo] = field(default_factory=list)
     keys_path: str | None = None
+    keys_ascending: bool = False  # the task got its keys in ascending order
 
     @property
     def samples(self) -> int:
@@ -187,6 +188,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
             staging=staging,
             shards=shards,
             keys_path=keys_path,
+            keys_ascending=keys.arrived_sorted,
         )
 
     def _maybe_inject_fault(self, partition: int, attempt: int) -> None:
