@@ -313,3 +313,19 @@ def test_scan_defers_damage_that_the_parser_names(layout: str) -> None:
     assert scan_shard(io.BytesIO(data)) is None
     with pytest.raises(TarFormatError, match=error):
         samples(data)
+
+
+def test_a_member_name_that_is_not_utf8_is_damage_named_at_its_header(tmp_path: Path) -> None:
+    """Keys become Spark strings: validation reports such a shard instead of crashing on it."""
+    from spark_webdataset.format.manifest import Manifest, ShardEntry
+    from spark_webdataset.validate import validate_version
+
+    data = member("a.txt", b"x") + member(b"\xff.txt", b"y") + END
+    with pytest.raises(TarFormatError, match=r"offset 1024: member name b'\\xff.txt' is not UTF-8"):
+        samples(data)
+    (tmp_path / "shard-000000.tar").write_bytes(data)
+    entry = ShardEntry("shard-000000.tar", 2, len(data), "a", "a")
+    (tmp_path / "_manifest.json").write_bytes(Manifest([entry], [{"name": "txt", "type": "string"}], {}).to_json())
+    report = validate_version(str(tmp_path), workers=1, write_report=False)
+    assert not report.ok
+    assert [(e["shard"], e["offset"]) for e in report.errors] == [("shard-000000.tar", 1024)]

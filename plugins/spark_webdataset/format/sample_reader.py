@@ -118,6 +118,8 @@ def iter_members(
                 prefix = header[345:500].split(b"\0", 1)[0]
                 raw_name = prefix + b"/" + raw_name
             name = raw_name.decode("utf-8", "surrogateescape")
+        if not name.isascii():
+            _check_utf8(name, offset)
         wanted = read_data(name) if callable(read_data) else read_data
         if wanted or typeflag not in REGULAR_TYPES:
             body = stream.read(padded)
@@ -135,6 +137,15 @@ def iter_members(
         offset += BLOCK + padded
         long_name = None
         member_offset = None
+
+
+def _check_utf8(name: str, offset: int) -> None:
+    """Keys become Spark strings: a name that is not UTF-8 is a defect of the shard, named here."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = name.encode("utf-8", "surrogateescape")
+        raise TarFormatError(f"member name {raw!r} is not UTF-8", offset) from None
 
 
 def _skip(stream: BinaryIO, count: int, end: int | None) -> int:
