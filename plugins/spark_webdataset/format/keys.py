@@ -6,6 +6,7 @@ streams, so memory is one block per run, whatever the dataset's size.
 
 from __future__ import annotations
 
+import heapq
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -52,24 +53,50 @@ def merge_blocks(runs: Iterable[Iterable[pa.Array]]) -> Iterator[tuple[pa.Array,
     Each round takes from every run the keys up to the smallest of the runs'
     current block maxima (no later key of any run can sort before them) and
     sorts them together (stable, so run order breaks ties): Arrow's kernels
-    instead of a heap step per key, and one block per run in memory.
+    instead of a heap step per key, and one block per run in memory. Two heaps
+    (block maxima, block minima) find the bound and the runs that have keys at
+    or below it, so a round costs only the runs it takes from: thousands of
+    small runs over disjoint ranges (one per task) merge in linear time, not
+    quadratic; a round that takes from one run alone needs no sort.
     """
     iterators = [iter(run) for run in runs]
-    heads: list[pa.Array | None] = [_next_block(it) for it in iterators]
-    while True:
-        alive = [number for number, head in enumerate(heads) if head is not None]
-        if not alive:
-            return
-        bound = min(heads[n][len(heads[n]) - 1].as_py() for n in alive)  # type: ignore[index]
+    heads: list[pa.Array | None] = [None] * len(iterators)
+    by_last: list[tuple[str, int]] = []  # (block maximum, run): one entry per run with a head
+    by_first: list[tuple[str, int]] = []  # (head's first key, run): one entry per run with a head
+
+    def advance(number: int) -> None:
+        head = _next_block(iterators[number])
+        heads[number] = head
+        if head is not None:
+            heapq.heappush(by_last, (head[len(head) - 1].as_py(), number))
+            heapq.heappush(by_first, (head[0].as_py(), number))
+
+    for number in range(len(iterators)):
+        advance(number)
+    while by_last:
+        bound = by_last[0][0]
+        while by_last and by_last[0][0] == bound:
+            heapq.heappop(by_last)  # these heads end at the bound: taken whole below
+        taking = []
+        while by_first and by_first[0][0] <= bound:
+            taking.append(heapq.heappop(by_first)[1])
+        taking.sort()  # run order, so the stable sort breaks ties by run
         parts, owners = [], []
-        for number in alive:
+        for number in taking:
             head = heads[number]
             assert head is not None
-            cut = int(pc.sum(pc.less_equal(head, bound)).as_py() or 0)
-            if cut:
-                parts.append(head.slice(0, cut))
-                owners.append(np.full(cut, number, dtype=np.int64))
-            heads[number] = head.slice(cut) if cut < len(head) else _next_block(iterators[number])
+            whole = head[len(head) - 1].as_py() <= bound
+            cut = len(head) if whole else int(pc.sum(pc.less_equal(head, bound)).as_py() or 0)
+            parts.append(head.slice(0, cut))
+            owners.append(np.full(cut, number, dtype=np.int64))
+            if whole:
+                advance(number)
+            else:
+                heads[number] = rest = head.slice(cut)
+                heapq.heappush(by_first, (rest[0].as_py(), number))
+        if len(parts) == 1:
+            yield parts[0], owners[0]
+            continue
         merged = pa.concat_arrays(parts)
         order = pc.sort_indices(merged)
         yield merged.take(order), np.concatenate(owners)[order.to_numpy()]

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import base64
 import datetime
+import itertools
 import json
 import logging
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -118,13 +120,7 @@ def _apply(
         else:
             storage.delete(version.manifest_uri)
         manifest_token = None
-    for staged, final in journal.renames:
-        source = version.path(staged)
-        if storage.exists(source):
-            storage.rename(source, version.path(final))
-        elif not storage.exists(version.path(final)):
-            raise NotCommitted(f"{version.uri}: cannot finish the commit of job {journal.job_id}: {staged} is gone")
-        lock.renew()
+    _rename_all(version, journal, lock)
     between()  # test-only faults land here: after the renames, before the manifest
     if fresh:
         if not storage.replace_if(version.manifest_uri, journal.manifest, manifest_token):
@@ -142,6 +138,59 @@ def _apply(
         if name != keep:
             storage.delete(storage.join(version.keys_uri, name))
     storage.delete(version.journal_uri)
+
+
+def _rename_one(version: Version, journal: Journal, staged: str, final: str) -> None:
+    """Give one staged file its final name; done already (source gone, target there) is fine."""
+    storage = version.storage
+    source, target = version.path(staged), version.path(final)
+    try:
+        storage.rename(source, target)  # the common case costs no existence check
+    except Exception:
+        if storage.exists(source):
+            raise
+        if not storage.exists(target):
+            raise NotCommitted(
+                f"{version.uri}: cannot finish the commit of job {journal.job_id}: {staged} is gone"
+            ) from None
+        # renamed already: by a commit that died after this rename (roll forward), or a retry
+
+
+def _rename_all(version: Version, journal: Journal, lock: CommitLock) -> None:
+    """Every rename of the journal, `storage.rename_threads` at a time (a rename on gs:// is a
+    server-side rewrite and a delete: latency, not bandwidth). The calling thread renews the lock
+    as renames finish; the first failure stops submitting, lets those in flight end, and is
+    raised: the journal stays, and the next committer finishes what is left."""
+    renames = journal.renames
+    threads = max(1, min(int(getattr(version.storage, "rename_threads", 1)), len(renames)))
+    if threads == 1:
+        for staged, final in renames:
+            _rename_one(version, journal, staged, final)
+            lock.renew()
+        return
+    window = 4 * threads  # submitted but not finished: bounded, so a failure stops the rest quickly
+    pending: set[Future[None]] = set()
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="webdataset-rename") as pool:
+        try:
+            for staged, final in renames:
+                if len(pending) >= window:
+                    pending = _settle(pending, lock)
+                pending.add(pool.submit(_rename_one, version, journal, staged, final))
+            while pending:
+                pending = _settle(pending, lock)
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
+
+
+def _settle(pending: set["Future[None]"], lock: CommitLock) -> set["Future[None]"]:
+    """Wait for at least one rename to end; raise the first failure; renew the lease."""
+    done, rest = wait(pending, return_when=FIRST_COMPLETED)
+    for future in done:
+        future.result()
+    lock.renew()
+    return rest
 
 
 def _test_fault(writer: "WebDatasetWriter") -> Callable[[], None]:
@@ -219,8 +268,18 @@ def _merge_keys(
     serial = int(existing.key_run.rsplit("/", 1)[-1].split(".")[0]) + 1 if existing and existing.key_run else 0
     staged = version.storage.join(writer.staging_root, f"keys-{serial:06d}.arrow")
     schema = pa.schema([("key", pa.large_string())])
+    pending: list[pa.Array] = []
+    buffered = 0
+
+    def write(blocks: list[pa.Array]) -> None:
+        if blocks:
+            keys = pa.concat_arrays(blocks)
+            for start in range(0, len(keys), KEY_BLOCK):
+                ipc.write_batch(pa.record_batch([keys.slice(start, KEY_BLOCK)], schema=schema))
+
     with version.storage.open_write(staged) as stream, pa.ipc.new_stream(stream, schema) as ipc:
-        blocks = merge_blocks(read_key_run(version, path) for path in sources)
+        runs = _started_together([read_key_run(version, path) for path in sources], version.storage.rename_threads)
+        blocks = merge_blocks(runs)
         for keys, found in first_duplicate_in_blocks(blocks):
             if found:
                 key, first, second = found
@@ -228,9 +287,28 @@ def _merge_keys(
                     f"duplicate sample key {key!r} in {owners[first]} and {owners[second]} of {version.uri}: "
                     "a key may appear only once in a version"
                 )
-            for start in range(0, len(keys), KEY_BLOCK):
-                ipc.write_batch(pa.record_batch([keys.slice(start, KEY_BLOCK)], schema=schema))
+            pending.append(keys)
+            buffered += len(keys)
+            if buffered >= KEY_BLOCK:  # many runs give many small merged blocks: write them together
+                write(pending)
+                pending, buffered = [], 0
+        write(pending)
     return staged
+
+
+def _started_together(runs: list[Iterator["pa.Array"]], threads: int) -> list[Iterator["pa.Array"]]:
+    """Each run opened and its first block read, `threads` at a time: the merge needs every
+    run's first block before its first round, and on gs:// each costs round trips (memory is
+    the same: one block per run)."""
+    if threads <= 1 or len(runs) <= 1:
+        return runs
+
+    def start(run: Iterator["pa.Array"]) -> Iterator["pa.Array"]:
+        first = next(run, None)
+        return iter(()) if first is None else itertools.chain([first], run)
+
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="webdataset-keys") as pool:
+        return list(pool.map(start, runs))
 
 
 def _plan(

@@ -12,6 +12,9 @@ __all__ = ["PreconditionFailed", "Storage", "StorageError"]
 
 
 class Storage(ABC):
+    rename_threads: int = 1
+    """How many renames the commit runs at once on this storage (see spark/commit.py)."""
+
     @abstractmethod
     def join(self, base: str, *parts: str) -> str: ...
 

@@ -20,6 +20,7 @@ from .base import Storage
 
 UPLOAD_CHUNK_BYTES = 16 * 1024 * 1024  # resumable upload chunk: the writer's memory per shard
 READ_CHUNK_BYTES = 8 * 1024 * 1024
+HTTP_POOL_CONNECTIONS = 32  # per host: at least GCSStorage.rename_threads, with room for other threads
 
 
 def split(uri: str) -> tuple[str, str]:
@@ -31,6 +32,25 @@ def split(uri: str) -> tuple[str, str]:
     return bucket, name
 
 
+def _sized_pool(client):
+    """requests keeps 10 connections per host by default: more threads than that (the commit's
+    parallel renames) would open and drop extra ones, logging "Connection pool is full"."""
+    from requests.adapters import HTTPAdapter
+
+    session = client._http  # an AuthorizedSession (a requests.Session), made on first use
+    for prefix, adapter in list(session.adapters.items()):
+        if type(adapter) is HTTPAdapter:  # leave a mutual-TLS adapter as it is
+            session.mount(
+                prefix,
+                HTTPAdapter(
+                    pool_connections=HTTP_POOL_CONNECTIONS,
+                    pool_maxsize=HTTP_POOL_CONNECTIONS,
+                    max_retries=adapter.max_retries,
+                ),
+            )
+    return client
+
+
 @functools.lru_cache(maxsize=None)
 def _client_for_process(pid: int, emulator: str | None):
     from google.cloud import storage
@@ -39,11 +59,11 @@ def _client_for_process(pid: int, emulator: str | None):
     if emulator:
         from google.auth.credentials import AnonymousCredentials
 
-        return storage.Client(project=project or "emulator", credentials=AnonymousCredentials())
+        return _sized_pool(storage.Client(project=project or "emulator", credentials=AnonymousCredentials()))
     from google.auth.exceptions import DefaultCredentialsError
 
     try:
-        return storage.Client(project=project)
+        return _sized_pool(storage.Client(project=project))
     except DefaultCredentialsError as error:
         raise MissingCredentials(
             "gs:// needs Google Cloud credentials: Application Default Credentials "
@@ -71,6 +91,10 @@ def _is_precondition_failure(error: Exception) -> bool:
 
 
 class GCSStorage(Storage):
+    # A rename is a server-side rewrite and a delete: latency-bound, so the commit runs many at
+    # once (the client's connection pool is sized for them, see HTTP_POOL_CONNECTIONS).
+    rename_threads = 16
+
     def join(self, base: str, *parts: str) -> str:
         return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
 
@@ -136,14 +160,22 @@ class GCSStorage(Storage):
         return {blob.name[len(prefix) :]: blob.crc32c for blob in blobs}
 
     def delete_tree(self, directory: str) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         from google.api_core import exceptions
 
         bucket, prefix = split(directory)
         prefix = prefix.rstrip("/") + "/"
-        for blob in client().list_blobs(bucket, prefix=prefix, retry=_retry()):
+
+        def delete(blob) -> None:
             try:
                 blob.delete(retry=_retry())
             except exceptions.NotFound:
+                pass
+
+        # One request an object: a job's staging (a key run per task) goes `rename_threads` at a time.
+        with ThreadPoolExecutor(max_workers=self.rename_threads, thread_name_prefix="gcs-delete") as pool:
+            for _ in pool.map(delete, client().list_blobs(bucket, prefix=prefix, retry=_retry())):
                 pass
 
     def rename(self, source: str, target: str) -> None:
@@ -154,7 +186,7 @@ class GCSStorage(Storage):
         token, _, _ = target_blob.rewrite(source_blob, retry=_retry())
         while token is not None:
             token, _, _ = target_blob.rewrite(source_blob, token=token, retry=_retry())
-        target_blob.reload(retry=_retry())
+        # The last rewrite response carries the new object's resource (size, crc32c): no reload.
         if (target_blob.size, target_blob.crc32c) != (source_blob.size, source_blob.crc32c):
             raise StorageError(
                 f"{target}: copy of {source} does not match it (size {target_blob.size} vs {source_blob.size}, "
