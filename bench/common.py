@@ -1,0 +1,196 @@
+"""What the benchmarks share: paths, sizes, load and CPU, random data, no-op writers, output.
+
+Import it first (`from common import ...` works because Python puts bench/ on sys.path when a
+benchmark runs as a script): it puts plugins/ and tests/ on sys.path and sets the environment
+Spark's Python workers need.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+PLUGINS = str(REPO / "plugins")
+RESULTS = REPO / "bench" / "results"
+
+for _path in (str(REPO / "tests"), PLUGINS):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+# Spark's Python workers (started by the JVM we start) import this module and the plugins by name.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(REPO / "bench"), PLUGINS, os.environ.get("PYTHONPATH", "")) if p
+)
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+import numpy as np  # noqa: E402
+import psutil  # noqa: E402
+import pyarrow as pa  # noqa: E402
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage  # noqa: E402
+
+MIB = 1024**2
+GIB = 1024**3
+MB = 1e6
+ARROW_CONFS = (
+    "spark.sql.execution.arrow.maxRecordsPerBatch",
+    "spark.sql.execution.arrow.maxBytesPerBatch",
+    "spark.python.worker.reuse",
+)
+
+
+# -- sizes and load -------------------------------------------------------------
+
+
+def parse_size(text: str) -> int:
+    """'3GiB', '512KiB', '10MB', '1024' -> bytes."""
+    units = {"kib": 1024, "mib": MIB, "gib": GIB, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "b": 1}
+    lowered = text.strip().lower()
+    for suffix, factor in units.items():
+        if lowered.endswith(suffix):
+            return int(float(lowered[: -len(suffix)]) * factor)
+    return int(lowered)
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (all cores)."""
+    times = psutil.cpu_times()
+    idle = times.idle + getattr(times, "iowait", 0.0)
+    guest = getattr(times, "guest", 0.0) + getattr(times, "guest_nice", 0.0)  # already in user/nice
+    return sum(times) - idle - guest
+
+
+def wait_for_quiet(limit_s: float, share: float = 0.25) -> float:
+    """Wait (at most `limit_s`) until the machine is under `share` busy for 2 s in a row; seconds waited.
+
+    Called between runs, when this benchmark's own processes are idle, so what is measured is
+    everyone else.
+    """
+    started = time.perf_counter()
+    quiet = 0
+    cores = os.cpu_count() or 1
+    while time.perf_counter() - started < limit_s and quiet < 2:
+        before = busy_seconds()
+        time.sleep(1.0)
+        quiet = quiet + 1 if (busy_seconds() - before) / cores < share else 0
+    return time.perf_counter() - started
+
+
+def tree_bytes(directory: str, suffix: str = "") -> tuple[int, int]:
+    """(bytes, files) of every regular file below `directory` whose name ends with `suffix`."""
+    total = files = 0
+    for root, _, names in os.walk(directory):
+        for name in names:
+            if name.endswith(suffix):
+                total += os.path.getsize(os.path.join(root, name))
+                files += 1
+    return total, files
+
+
+# -- data -------------------------------------------------------------------------
+
+
+def random_batch(ids: np.ndarray, sample_bytes: int, rng: np.random.Generator) -> pa.RecordBatch:
+    """(__key__ '%08d', bin random bytes, cls id % 10) for `ids`."""
+    count = len(ids)
+    wide = sample_bytes * count >= 2**31
+    offsets = np.arange(count + 1, dtype=np.int64 if wide else np.int32) * sample_bytes
+    binary_type = pa.large_binary() if wide else pa.binary()
+    payload = pa.Array.from_buffers(
+        binary_type, count, [None, pa.py_buffer(offsets), pa.py_buffer(rng.bytes(sample_bytes * count))]
+    )
+    keys = pa.array([f"{i:08d}" for i in ids.tolist()], pa.string())
+    return pa.RecordBatch.from_arrays(
+        [keys, payload, pa.array((ids % 10).astype(np.int32))], names=["__key__", "bin", "cls"]
+    )
+
+
+def random_rows(sample_bytes: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: ids -> random rows, in batches of at most 16 MiB."""
+    rng = np.random.default_rng()
+    rows_per_batch = max(1, (16 * MIB) // sample_bytes)
+    for batch in batches:
+        ids = batch.column(0).to_numpy()
+        for start in range(0, len(ids), rows_per_batch):
+            yield random_batch(ids[start : start + rows_per_batch], sample_bytes, rng)
+
+
+# -- a writer that writes nothing (the cost of Spark's Arrow path alone) ----------
+
+
+@dataclass
+class NoopCommitMessage(WriterCommitMessage):
+    rows: int
+    batches: int
+    max_batch_rows: int
+    max_batch_bytes: int
+
+
+class NoopArrowWriter(DataSourceArrowWriter):
+    """Iterates the Arrow batches and nothing else; commit() writes what arrived to `report` (JSON)."""
+
+    def __init__(self, report: str) -> None:
+        self.report = report
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> NoopCommitMessage:
+        rows = batches = max_rows = max_bytes = 0
+        for batch in iterator:
+            rows += batch.num_rows
+            batches += 1
+            max_rows = max(max_rows, batch.num_rows)
+            max_bytes = max(max_bytes, batch.nbytes)
+        return NoopCommitMessage(rows, batches, max_rows, max_bytes)
+
+    def commit(self, messages: list[NoopCommitMessage | None]) -> None:
+        found = [m for m in messages if m is not None]
+        summary = {
+            "rows": sum(m.rows for m in found),
+            "batches": sum(m.batches for m in found),
+            "max_batch_rows": max((m.max_batch_rows for m in found), default=0),
+            "max_batch_bytes": max((m.max_batch_bytes for m in found), default=0),
+        }
+        with open(self.report, "w") as stream:
+            json.dump(summary, stream)
+
+
+# -- output -------------------------------------------------------------------------
+
+
+def machine(**extra: Any) -> dict[str, Any]:
+    """What a result was measured on."""
+    return {
+        "cpus": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / GIB, 1),
+        "python": platform.python_version(),
+        "pyarrow": pa.__version__,
+        **extra,
+    }
+
+
+def write_results(path: str | os.PathLike[str], results: dict[str, Any]) -> None:
+    """The benchmark's JSON (bench/results/<name>.json by default; the folder is gitignored)."""
+    os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
+    with open(path, "w") as stream:
+        json.dump(results, stream, indent=1)
+    print(f"results: {path}")
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A plain text table: right-aligned columns as wide as their widest cell."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for number, row in enumerate(cells):
+        print("  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
+        if number == 0:
+            print("  ".join("-" * width for width in widths))
