@@ -1,0 +1,241 @@
+"""A bounded look at samples: the first N (or N at seeded random places) of a version or one shard.
+
+Shards are opened with the storage layer's `open_read` (ranged reads on
+gs://) and parsed with `format.sample_reader.iter_members`; payloads of
+fields that cannot be shown are skipped by seeking. Whatever the shard
+size, a preview reads at most `budget` bytes: it stops at N samples or
+at the budget, and says which.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import random
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterator
+
+from ..errors import TarFormatError
+from ..format.names import split_member_name
+from ..format.sample_reader import iter_members
+from ..layout import Version
+
+IMAGE_TYPES = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "webp": "image/webp", "gif": "image/gif"}
+TEXT_FIELDS = {"txt", "text", "cls", "cls2", "json", "jsn", "caption", "index", "id"}
+MAX_SAMPLES = 64
+DEFAULT_BUDGET = 4 * 1024 * 1024
+MAX_SHOWN_BYTES = 1024 * 1024  # a single field larger than this is shown as its size only
+TEXT_PREVIEW_CHARS = 2000
+BLOCK = 512
+SEARCH_BYTES = 256 * 1024  # how far a random pick looks for the next tar header
+
+
+class BudgetSpent(Exception):
+    pass
+
+
+class _Budgeted(io.RawIOBase):
+    """A read-only view of a stream that refuses to read more than its budget."""
+
+    def __init__(self, stream: BinaryIO, budget: "_Budget") -> None:
+        self._stream = stream
+        self._budget = budget
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return self._stream.seekable()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._stream.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._stream.tell()
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            size = self._budget.left + 1
+        self._budget.spend(size)
+        return self._stream.read(size)
+
+    def readinto(self, buffer) -> int:  # pragma: no cover - iter_members uses read()
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+@dataclass
+class _Budget:
+    left: int
+
+    def spend(self, size: int) -> None:
+        if size > self.left:
+            raise BudgetSpent()
+        self.left -= size
+
+
+def _shown(name: str) -> bool:
+    parts = split_member_name(name)
+    if parts is None:
+        return False
+    ext = parts[1].rsplit(".", 1)[-1].lower()
+    return ext in IMAGE_TYPES or ext in TEXT_FIELDS
+
+
+def describe_field(name: str, data: bytes | None, size: int, with_data_urls: bool = True) -> dict:
+    ext = name.rsplit(".", 1)[-1].lower()
+    entry: dict = {"field": name, "bytes": size}
+    if data is None or size > MAX_SHOWN_BYTES:
+        entry["kind"] = "binary"
+        entry["type"] = IMAGE_TYPES.get(ext, "application/octet-stream")
+        return entry
+    if ext in IMAGE_TYPES:
+        entry.update(kind="image", type=IMAGE_TYPES[ext])
+        if with_data_urls:
+            entry["data_url"] = f"data:{IMAGE_TYPES[ext]};base64," + base64.b64encode(data).decode()
+        return entry
+    text = data.decode("utf-8", "replace")
+    if ext in ("json", "jsn"):
+        entry["kind"] = "json"
+        try:
+            text = json.dumps(json.loads(text), ensure_ascii=False)
+        except ValueError:
+            entry["kind"] = "text"
+    else:
+        entry["kind"] = "text"
+    entry["text"] = text[:TEXT_PREVIEW_CHARS]
+    entry["truncated"] = len(text) > TEXT_PREVIEW_CHARS
+    return entry
+
+
+def _samples(stream: BinaryIO, shard: str, base: int = 0) -> Iterator[dict]:
+    """Samples as adjacent members sharing a key; payloads only of fields that can be shown."""
+    current: dict | None = None
+    for member in iter_members(stream, read_data=_shown):
+        parts = split_member_name(member.name)
+        if not member.is_regular or parts is None:
+            continue
+        key, ext = parts
+        if current is None or current["key"] != key:
+            if current is not None:
+                yield current
+            current = {"key": key, "shard": shard, "offset": base + member.offset, "members": []}
+        current["members"].append((ext, member.data, member.size))
+    if current is not None:
+        yield current
+
+
+def _finish(sample: dict, with_data_urls: bool) -> dict:
+    fields = [describe_field(ext, data, size, with_data_urls) for ext, data, size in sample["members"]]
+    label = next((f["text"].strip() for f in fields if f["field"] == "cls" and "text" in f), None)
+    return {"key": sample["key"], "shard": sample["shard"], "offset": sample["offset"], "label": label, "fields": fields}
+
+
+@dataclass
+class Preview:
+    samples: list[dict] = field(default_factory=list)
+    stopped: str = "end"  # "count": N samples read; "budget": the byte budget ran out; "end": no more samples
+    bytes_read: int = 0
+    errors: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"samples": self.samples, "count": len(self.samples), "stopped": self.stopped,
+                "bytes_read": self.bytes_read, "errors": self.errors}
+
+
+def first_samples(version: Version, shards: list[tuple[str, int]], count: int, budget: int = DEFAULT_BUDGET,
+                  with_data_urls: bool = True) -> Preview:
+    """The first `count` samples over `shards` (name, bytes) in order, reading at most `budget` bytes."""
+    count = max(1, min(count, MAX_SAMPLES))
+    spent = _Budget(budget)
+    preview = Preview()
+    for name, _size in shards:
+        if len(preview.samples) >= count:
+            break
+        try:
+            with version.storage.open_read(version.shard_uri(name)) as raw:
+                for sample in _samples(_Budgeted(raw, spent), name):
+                    preview.samples.append(_finish(sample, with_data_urls))
+                    if len(preview.samples) >= count:
+                        break
+        except BudgetSpent:
+            preview.stopped = "budget"
+            break
+        except (TarFormatError, OSError, ValueError) as error:
+            preview.errors.append({"shard": name, "error": f"{type(error).__name__}: {error}"})
+    else:
+        preview.stopped = "count" if len(preview.samples) >= count else "end"
+    if preview.stopped == "end" and len(preview.samples) >= count:
+        preview.stopped = "count"
+    preview.bytes_read = budget - spent.left
+    return preview
+
+
+def _is_header(block: bytes) -> bool:
+    if len(block) < BLOCK or block[257:262] != b"ustar" or not block[0]:
+        return False
+    try:
+        stored = int(block[148:156].split(b"\0", 1)[0].strip() or b"-1", 8)
+    except ValueError:
+        return False
+    return stored == sum(block[:148]) + 8 * 32 + sum(block[156:BLOCK])
+
+
+def _next_header(stream: BinaryIO, start: int, size: int) -> int | None:
+    """Offset (from `start`) of the first tar header at or after `start`, reading 16 KiB at a time."""
+    scanned = 0
+    while scanned < SEARCH_BYTES and start + scanned < size:
+        chunk = stream.read(min(16 * 1024, size - start - scanned))
+        if not chunk:
+            return None
+        for i in range(0, len(chunk) - BLOCK + 1, BLOCK):
+            if _is_header(chunk[i : i + BLOCK]):
+                return scanned + i
+        scanned += len(chunk)
+    return None
+
+
+def random_samples(version: Version, shards: list[tuple[str, int]], count: int, seed: int,
+                   budget: int = DEFAULT_BUDGET, with_data_urls: bool = True) -> Preview:
+    """`count` samples at seeded random places: a shard (weighted by size), a 512-aligned offset in it,
+    the next tar header found after it, and the first whole sample that starts after that header."""
+    count = max(1, min(count, MAX_SAMPLES))
+    rng = random.Random(seed)
+    spent = _Budget(budget)
+    preview = Preview(stopped="count")
+    seen: set[tuple[str, int]] = set()
+    sizes = [max(size, 1) for _, size in shards]
+    attempts = 0
+    while len(preview.samples) < count and attempts < count * 4 and shards:
+        attempts += 1
+        name, size = rng.choices(shards, weights=sizes)[0]
+        start = rng.randrange(0, max(size // BLOCK, 1)) * BLOCK
+        try:
+            with version.storage.open_read(version.shard_uri(name)) as raw:
+                stream = _Budgeted(raw, spent)
+                stream.seek(start)
+                found = _next_header(stream, start, size)
+                if found is None:
+                    continue
+                stream.seek(start + found)
+                first = True
+                for sample in _samples(stream, name, base=start + found):
+                    if first and start + found > 0:  # may have begun mid-sample: take the next one
+                        first = False
+                        continue
+                    if (name, sample["offset"]) not in seen:
+                        seen.add((name, sample["offset"]))
+                        preview.samples.append(_finish(sample, with_data_urls))
+                    break
+        except BudgetSpent:
+            preview.stopped = "budget"
+            break
+        except (TarFormatError, OSError, ValueError) as error:
+            preview.errors.append({"shard": name, "error": f"{type(error).__name__}: {error}"})
+    if preview.stopped == "count" and len(preview.samples) < count:
+        preview.stopped = "end"
+    preview.samples.sort(key=lambda s: (s["shard"], s["offset"]))
+    preview.bytes_read = budget - spent.left
+    return preview

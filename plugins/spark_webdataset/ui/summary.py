@@ -1,0 +1,190 @@
+"""What a configured dataset's root holds, read through `layout` (local and gs:// alike), as plain dicts.
+
+Names that come from a URL are checked here before any path is built:
+a version id by `layout.check_version_id`, a shard name by `check_shard_name`
+and by being listed in the version's manifest.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import InputError, NotCommitted, WebDatasetError
+from ..layout import Dataset, Version, check_version_id
+from ..publish import record_order, version_order
+
+_SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,250}\.tar")
+
+
+class NotFound(WebDatasetError):
+    """A version or shard that the dataset does not have."""
+
+
+def check_shard_name(name: object) -> str:
+    """A plain file name of a tar in the version directory: no '/', no '..', no scheme."""
+    if not isinstance(name, str) or not _SHARD_NAME.fullmatch(name) or ".." in name:
+        raise InputError(f"shard name {name!r} is not a shard file name ([A-Za-z0-9][A-Za-z0-9._-]*.tar, no '..')")
+    return name
+
+
+def _state(version_id: str, published: bool, latest: str | None, validation: dict | None, committed: bool) -> str:
+    if version_id == latest:
+        return "LATEST"
+    if published:
+        return "published"
+    if validation is not None:
+        return "valid" if validation.get("ok") else "invalid"
+    return "written" if committed else "not committed"
+
+
+def dataset_summary(root: str) -> dict:
+    """Root, LATEST, version count and the last publish time (cheap: no manifest is read)."""
+    dataset = Dataset(root)
+    published = dataset.published_ids()
+    records = [dataset.read_record(v) or {} for v in published]
+    return {
+        "root": dataset.root,
+        "latest": dataset.read_latest(),
+        "versions": len(dataset.version_ids()),
+        "published": len(published),
+        "last_published_at": max((r.get("published_at") or "" for r in records), default="") or None,
+    }
+
+
+def _version_row(dataset: Dataset, version_id: str, record: dict | None, latest: str | None) -> dict:
+    version = dataset.version(version_id)
+    row: dict = {"version": version_id, "published": record is not None}
+    row["logical_date"] = record_order(version_id, record)[0] if record else (version_order(version_id)[0] or None)
+    try:
+        manifest = version.committed_manifest()
+        committed = manifest is not None
+    except NotCommitted:
+        manifest, committed = None, False
+    row.update(
+        shards=None if manifest is None else len(manifest.shards),
+        samples=None if manifest is None else manifest.samples,
+        bytes=None if manifest is None else manifest.bytes,
+    )
+    validation = version.read_validation()
+    row["validated"] = None if validation is None else bool(validation.get("ok"))
+    row["validated_at"] = None if validation is None else (validation.get("run") or {}).get("checked_at")
+    row["validation_errors"] = None if validation is None else validation.get("error_count")
+    row["published_at"] = None if record is None else record.get("published_at")
+    row["state"] = _state(version_id, record is not None, latest, validation, committed)
+    return row
+
+
+def _ordered_ids(dataset: Dataset, records: dict[str, dict]) -> list[str]:
+    def order(v: str) -> tuple:
+        return record_order(v, records[v]) if v in records else version_order(v)
+
+    return sorted(dataset.version_ids(), key=order, reverse=True)
+
+
+def versions_page(root: str, page: int = 1, per_page: int = 20) -> dict:
+    """One page of versions, newest first (by logical date, then id); each row reads its own files only."""
+    dataset = Dataset(root)
+    records = {v: dataset.read_record(v) or {} for v in dataset.published_ids()}
+    latest = dataset.read_latest()
+    ids = _ordered_ids(dataset, records)
+    page = max(1, page)
+    per_page = max(1, min(per_page, 200))
+    chosen = ids[(page - 1) * per_page : page * per_page]
+    rows = []
+    for version_id in chosen:
+        try:
+            rows.append(_version_row(dataset, version_id, records.get(version_id), latest))
+        except Exception as error:  # noqa: BLE001 - one unreadable version is one row
+            rows.append({"version": version_id, "state": "error", "error": f"{type(error).__name__}: {error}"})
+    return {
+        "root": dataset.root,
+        "latest": latest,
+        "total": len(ids),
+        "page": page,
+        "per_page": per_page,
+        "pages": max(1, -(-len(ids) // per_page)),
+        "versions": rows,
+    }
+
+
+def resolve_version(root: str, version_id: str) -> Version:
+    """The version named by a URL: a valid id (InvalidVersionId otherwise) that exists under the root."""
+    dataset = Dataset(root)
+    if version_id == "LATEST":
+        latest = dataset.read_latest()
+        if latest is None:
+            raise NotFound(f"{dataset.root}: no LATEST (nothing published yet)")
+        version_id = latest
+    check_version_id(version_id)
+    if version_id not in dataset.version_ids():
+        raise NotFound(f"{dataset.root}: no version {version_id!r}")
+    return dataset.version(version_id)
+
+
+def version_detail(root: str, version_id: str) -> dict:
+    """A version's shards (from its manifest), its validation report and its publish record."""
+    version = resolve_version(root, version_id)
+    dataset = version.dataset
+    assert dataset is not None and version.id is not None
+    record = dataset.read_record(version.id)
+    latest = dataset.read_latest()
+    try:
+        manifest = version.committed_manifest()
+        committed = manifest is not None
+    except NotCommitted:
+        manifest, committed = None, False
+    validation = version.read_validation()
+    checked = {s.get("name"): s for s in (validation or {}).get("shards", []) if isinstance(s, dict)}
+    shards = []
+    for shard in [] if manifest is None else manifest.shards:
+        shards.append(
+            {
+                "name": shard.name,
+                "samples": shard.samples,
+                "bytes": shard.bytes,
+                "crc32c": shard.crc32c,
+                "sha256": shard.sha256 or (checked.get(shard.name) or {}).get("sha256"),
+                "first_key": shard.first_key,
+                "last_key": shard.last_key,
+            }
+        )
+    report = None
+    if validation is not None:
+        report = {
+            "ok": bool(validation.get("ok")),
+            "checked_at": (validation.get("run") or {}).get("checked_at"),
+            "error_count": validation.get("error_count", 0),
+            "errors": validation.get("errors", [])[:50],
+            "samples": validation.get("samples"),
+            "bytes": validation.get("bytes"),
+        }
+    return {
+        "root": dataset.root,
+        "version": version.id,
+        "uri": version.uri,
+        "state": _state(version.id, record is not None, latest, validation, committed),
+        "latest": latest,
+        "committed": committed,
+        "samples": None if manifest is None else manifest.samples,
+        "bytes": None if manifest is None else manifest.bytes,
+        "fields": [] if manifest is None else manifest.fields,
+        "shards": shards,
+        "validation": report,
+        "publish_record": record,
+        "index": None if record is None else record.get("index"),
+    }
+
+
+def shard_entries(version: Version, shard: str | None = None) -> list[tuple[str, int]]:
+    """(name, bytes) of the version's shards, or of one shard that its manifest lists."""
+    manifest = version.committed_manifest()
+    if manifest is None:
+        raise NotFound(f"{version.uri}: no manifest (the version was never committed)")
+    entries = [(s.name, s.bytes) for s in manifest.shards]
+    if shard is None:
+        return entries
+    check_shard_name(shard)
+    chosen = [e for e in entries if e[0] == shard]
+    if not chosen:
+        raise NotFound(f"{version.uri}: the manifest lists no shard {shard!r}")
+    return chosen
