@@ -1,0 +1,443 @@
+"""Dataset configs: one YAML file per dataset, parsed and checked without Airflow.
+
+Each file in the datasets folder (`SPARK_WEBDATASET_DATASETS`, default
+`<repo>/datasets`) describes one dataset: where its rows come from, where
+its versions go, how samples are keyed and cut into shards, when it is
+built. The DAG factory (`airflow_dags`) turns each into one DAG.
+
+Loading a folder never stops at a bad file: each one becomes a
+`DatasetConfigError` naming the file, the field and the rule, so that
+every other dataset still gets its DAG.
+
+Values may hold `${NAME}` or `${NAME:-default}`: replaced from the
+environment when the file is read (`SPARK_WEBDATASET_DATA` defaults to
+`<repo>/data`; any other unset variable without a default is an error).
+After that, a local path that is relative (`source`, `root`,
+`spark.py_files`) is relative to the folder holding the config file, so
+it means the same in every Airflow process whatever its working directory.
+"""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+import os
+import re
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from .build_job import ORDERS
+from .errors import InputError
+from .format.names import field_error, field_name_error
+from .format.sizes import parse_size
+
+REPO = Path(__file__).resolve().parents[2]
+DATASETS_ENV = "SPARK_WEBDATASET_DATASETS"
+DATA_ENV = "SPARK_WEBDATASET_DATA"
+CONFIG_SUFFIXES = (".yaml", ".yml")
+DAG_ID_PREFIX = "webdataset__"
+ASSET_NAME_PREFIX = "webdataset_"
+SOURCE_PLACEHOLDERS = ("ds", "ds_nodash", "version")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+class DatasetConfigError(InputError):
+    """A dataset config file that cannot be used: names the file and, per problem, the field and the rule."""
+
+    def __init__(self, path: Path | str, problems: list[tuple[str | None, str]]) -> None:
+        self.path = Path(path)
+        self.problems = problems
+        lines = [f"field {name!r}: {rule}" if name else rule for name, rule in problems]
+        if len(lines) == 1:
+            super().__init__(f"{self.path}: {lines[0]}")
+        else:
+            listed = "\n".join(f"  {line}" for line in lines)
+            super().__init__(f"{self.path}: {len(lines)} problems:\n{listed}")
+
+
+class InvalidDatasetConfigs(InputError):
+    """Every unusable config of a folder, one per line (the others are usable)."""
+
+    def __init__(self, errors: list[DatasetConfigError]) -> None:
+        errors = sorted(errors, key=lambda error: str(error.path))
+        self.errors = errors
+        count = f"{len(errors)} dataset config{'s' if len(errors) != 1 else ''}"
+        super().__init__(
+            f"{count} cannot be used (every other dataset's DAG loads):\n" + "\n".join(str(e) for e in errors)
+        )
+
+
+def default_data_folder(environ: Mapping[str, str] = os.environ) -> str:
+    """Where the demo's data lives: `SPARK_WEBDATASET_DATA`, else `<repo>/data`."""
+    return environ.get(DATA_ENV) or str(REPO / "data")
+
+
+def datasets_folder(environ: Mapping[str, str] = os.environ) -> Path:
+    """The folder of configs: `SPARK_WEBDATASET_DATASETS` (relative to the repo), else `<repo>/datasets`."""
+    configured = environ.get(DATASETS_ENV)
+    return REPO / configured if configured else REPO / "datasets"
+
+
+def _is_local_relative(path: str) -> bool:
+    return not _SCHEME.match(path) and not os.path.isabs(path)
+
+
+def _resolve(path: str, info: ValidationInfo) -> str:
+    """A relative local path, resolved against the config file's folder (when the loader gave one)."""
+    base = (info.context or {}).get("base")
+    if base is None or not _is_local_relative(path):
+        return path
+    return os.path.normpath(os.path.join(base, path))
+
+
+class _FieldProblem(Exception):
+    """A field breaks a rule pydantic cannot tie to the field (env expansion, cross-field rules)."""
+
+    def __init__(self, where: str, rule: str) -> None:
+        super().__init__(rule)
+        self.where, self.rule = where, rule
+
+
+def _empty_is_none(value: Any) -> Any:
+    return None if isinstance(value, str) and not value.strip() else value
+
+
+class SparkSettings(BaseModel):
+    """How write_shards submits the job: Spark connection, conf, and the package for executors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    conn_id: str = Field("spark_default", min_length=1, description="Airflow connection of the Spark master")
+    conf: dict[str, str] = Field(default_factory=dict, description="spark-submit --conf NAME=VALUE")
+    py_files: str | None = Field(None, description="spark-submit --py-files: comma-separated zips/eggs/.py")
+
+    @field_validator("conf", mode="before")
+    @classmethod
+    def _conf_values_as_text(cls, value: Any) -> Any:
+        # YAML reads `spark.executor.cores: 2` as a number and `true` as a bool; Spark wants text
+        if isinstance(value, dict):
+            return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
+        return value
+
+    @field_validator("py_files", mode="before")
+    @classmethod
+    def _py_files_as_text(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            value = ",".join(str(item) for item in value)
+        return _empty_is_none(value)
+
+    @field_validator("py_files")
+    @classmethod
+    def _resolve_py_files(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        return ",".join(_resolve(part.strip(), info) for part in value.split(",") if part.strip())
+
+
+class ValidationSettings(BaseModel):
+    """What the validate task demands of a version beyond the WebDataset rules."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    required_fields: list[str] = Field(default_factory=list, description="fields every sample must have")
+    spark_master: str | None = Field(None, description="validate as a Spark job on this master (big versions)")
+
+    @field_validator("spark_master", mode="before")
+    @classmethod
+    def _blank_master_is_none(cls, value: Any) -> Any:
+        return _empty_is_none(value)
+
+
+class DatasetConfig(BaseModel):
+    """One dataset: what its DAG reads, writes, when, and with which Spark settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="the dataset's name: DAG webdataset__<name>, Asset webdataset_<name>")
+    source: str | None = Field(None, description="Spark source URI; {ds}, {ds_nodash}, {version} are filled in")
+    source_format: str = Field("parquet", min_length=1, description="any Spark format")
+    source_table: str | None = Field(None, description="a table in the Spark catalog instead of source")
+    root: str = Field(min_length=1, description="the dataset root: a local path or gs://bucket/path")
+    key: str = Field(min_length=1, description="column or SQL for each sample's key")
+    fields: dict[str, str] = Field(
+        default_factory=dict, description="extension -> column or SQL, in member order; empty: every column"
+    )
+    max_shard_bytes: str = Field("3GiB", description="hard cap per shard in tar bytes, e.g. 3GiB")
+    max_samples_per_shard: PositiveInt | None = None
+    order: str = Field("hash", description="sample order: " + ", ".join(ORDERS))
+    schedule: str | None = Field(None, description="cron expression, preset (@daily), or null: manual runs only")
+    start_date: datetime.datetime | None = None
+    catchup: bool = False
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    validation: ValidationSettings = Field(default_factory=ValidationSettings)
+    retries: NonNegativeInt = 2
+    owner: str = Field("airflow", min_length=1)
+    tags: list[str] = Field(default_factory=list)
+
+    _path: Path | None = PrivateAttr(default=None)
+
+    @field_validator("name")
+    @classmethod
+    def _name_rule(cls, value: str) -> str:
+        if not _NAME.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a dataset name: use 1-100 of a-z, 0-9, '_' and '-', "
+                "starting with a letter or digit"
+            )
+        return value
+
+    @field_validator("source", "source_table", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: Any) -> Any:
+        return _empty_is_none(value)
+
+    @field_validator("source")
+    @classmethod
+    def _source_placeholders(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        try:
+            names = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
+        except ValueError as error:
+            raise ValueError(f"{value!r}: {error} (write {{{{ and }}}} for literal braces)") from None
+        unknown = sorted(names - set(SOURCE_PLACEHOLDERS))
+        if unknown:
+            known = ", ".join(f"{{{name}}}" for name in SOURCE_PLACEHOLDERS)
+            raise ValueError(f"unknown placeholder {{{unknown[0]}}}; a source may use {known}")
+        return _resolve(value, info)
+
+    @field_validator("root")
+    @classmethod
+    def _resolve_root(cls, value: str, info: ValidationInfo) -> str:
+        return _resolve(value, info)
+
+    @field_validator("fields")
+    @classmethod
+    def _field_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for extension, expression in value.items():
+            problem = field_error(extension) or field_name_error(extension, allow_pax=False)
+            if problem:
+                raise ValueError(f"extension {extension!r}: {problem}")
+            if not str(expression).strip():
+                raise ValueError(f"extension {extension!r}: give the column or SQL that fills it")
+        return value
+
+    @field_validator("max_shard_bytes", mode="before")
+    @classmethod
+    def _byte_size(cls, value: Any) -> str:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ValueError(f"{value!r} is not a byte size (write e.g. 1048576, 512MiB, 3GiB)")
+        parse_size(value, "max_shard_bytes")  # raises ValueError naming the rule
+        return str(value)
+
+    @field_validator("order")
+    @classmethod
+    def _order_rule(cls, value: str) -> str:
+        if value not in ORDERS:
+            raise ValueError(f"{value!r} is not an order; use one of {', '.join(ORDERS)}")
+        return value
+
+    @field_validator("schedule", mode="before")
+    @classmethod
+    def _schedule_text(cls, value: Any) -> Any:
+        return _empty_is_none(value)
+
+    @field_validator("start_date", mode="before")
+    @classmethod
+    def _date_is_midnight(cls, value: Any) -> Any:
+        if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+            return datetime.datetime(value.year, value.month, value.day)
+        return value
+
+    @field_validator("start_date")
+    @classmethod
+    def _naive_is_utc(cls, value: datetime.datetime | None) -> datetime.datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=datetime.timezone.utc)
+        return value
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> "DatasetConfig":
+        # raised as _FieldProblem, not ValueError: pydantic would report it without a field
+        if (self.source is None) == (self.source_table is None):
+            both = "not both" if self.source is not None else "one is missing"
+            rule = f"give exactly one of 'source' (a URI) and 'source_table' (a table); {both}"
+            raise _FieldProblem("source", rule)
+        if self.catchup and self.start_date is None:
+            raise _FieldProblem("start_date", "required with 'catchup: true' (the first date to catch up from)")
+        missing = [name for name in self.validation.required_fields if self.fields and name not in self.fields]
+        if missing:
+            rule = f"{missing[0]!r} is not one of the fields ({', '.join(self.fields)})"
+            raise _FieldProblem("validation.required_fields", rule)
+        return self
+
+    @property
+    def path(self) -> Path | None:
+        """The config file this came from (None when built in code)."""
+        return self._path
+
+    @property
+    def dag_id(self) -> str:
+        return DAG_ID_PREFIX + self.name
+
+    @property
+    def asset_name(self) -> str:
+        return ASSET_NAME_PREFIX + self.name
+
+    @property
+    def asset_uri(self) -> str:
+        """The Asset's URI: the root itself when remote, file:// of its absolute path when local."""
+        return self.root if "://" in self.root else "file://" + os.path.abspath(self.root)
+
+    @property
+    def field_args(self) -> list[str]:
+        """The fields as the job's `--field EXT=COLUMN_OR_SQL` values, in member order."""
+        return [f"{extension}={expression}" for extension, expression in self.fields.items()]
+
+
+def expand_environment(value: Any, environ: Mapping[str, str], where: str = "") -> Any:
+    """Replace `${NAME}` / `${NAME:-default}` in every string of a parsed YAML document."""
+    if isinstance(value, dict):
+        return {k: expand_environment(v, environ, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_environment(v, environ, f"{where}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def replace(match: re.Match) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in environ:
+            return environ[name]
+        if name == DATA_ENV:
+            return default_data_folder(environ)
+        if default is not None:
+            return default
+        rule = f"environment variable {name} is not set (write ${{{name}:-default}} for a default)"
+        raise _FieldProblem(where, rule)
+
+    return _ENV_REFERENCE.sub(replace, value)
+
+
+def _problems(error: ValidationError) -> list[tuple[str | None, str]]:
+    """Pydantic's errors as (field, rule), with the known fields named for a misspelt one."""
+    problems: list[tuple[str | None, str]] = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(part) for part in item["loc"]) or None
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            model = DatasetConfig
+            for part in item["loc"][:-1]:
+                annotation = model.model_fields[str(part)].annotation
+                if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                    model = annotation
+            known = list(model.model_fields)
+            close = difflib.get_close_matches(str(item["loc"][-1]), known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            message = f"unknown field; {hint}the fields are: {', '.join(known)}"
+        elif item["type"] == "missing":
+            message = "required, and missing"
+        problems.append((where, message))
+    return problems
+
+
+def load_config(path: Path | str, environ: Mapping[str, str] = os.environ) -> DatasetConfig:
+    """Read, expand and check one config file; raise DatasetConfigError naming the file, field and rule."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise DatasetConfigError(path, [(None, f"cannot be read: {error}")]) from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(error, "problem", None) or str(error)
+        raise DatasetConfigError(path, [(None, f"{where}not valid YAML: {problem}")]) from None
+    if document is None:
+        document = {}
+    if not isinstance(document, dict):
+        rule = f"the file must hold a mapping of fields (name, source, root, ...), not a {type(document).__name__}"
+        raise DatasetConfigError(path, [(None, rule)])
+    document.setdefault("name", path.stem)
+    try:
+        document = expand_environment(document, environ)
+        config = DatasetConfig.model_validate(document, context={"base": str(path.parent.resolve())})
+    except _FieldProblem as error:
+        raise DatasetConfigError(path, [(error.where or None, error.rule)]) from None
+    except ValidationError as error:
+        raise DatasetConfigError(path, _problems(error)) from None
+    config._path = path
+    return config
+
+
+@dataclass(frozen=True)
+class LoadedConfigs:
+    """A folder's usable configs, and one error per file that is not."""
+
+    folder: Path
+    configs: list[DatasetConfig] = field(default_factory=list)
+    errors: list[DatasetConfigError] = field(default_factory=list)
+
+
+def config_files(folder: Path) -> list[Path]:
+    """The config files of a folder, in name order (hidden files left out)."""
+    return sorted(
+        p for p in folder.iterdir() if p.suffix in CONFIG_SUFFIXES and not p.name.startswith(".") and p.is_file()
+    )
+
+
+def load_folder(folder: Path | str | None = None, environ: Mapping[str, str] = os.environ) -> LoadedConfigs:
+    """Load every config of the folder; a bad file becomes an error and the others still load.
+
+    Two files may not share a name (it names the DAG and the Asset) nor a
+    root (two DAGs would publish into one dataset): the later file, in name
+    order, is the one refused.
+    """
+    folder = Path(folder) if folder is not None else datasets_folder(environ)
+    if not folder.is_dir():
+        problem = f"the datasets folder does not exist (set {DATASETS_ENV} to the folder of dataset configs)"
+        return LoadedConfigs(folder, errors=[DatasetConfigError(folder, [(None, problem)])])
+    loaded = LoadedConfigs(folder)
+    by_name: dict[str, DatasetConfig] = {}
+    by_root: dict[str, DatasetConfig] = {}
+    for path in config_files(folder):
+        try:
+            config = load_config(path, environ)
+        except DatasetConfigError as error:
+            loaded.errors.append(error)
+            continue
+        root = config.asset_uri.rstrip("/")
+        if config.name in by_name:
+            other = by_name[config.name].path
+            rule = (
+                f"{config.name!r} is also the name of {other.name}; "
+                "each dataset needs its own (it names the DAG and the Asset)"
+            )
+            loaded.errors.append(DatasetConfigError(path, [("name", rule)]))
+        elif root in by_root:
+            other = by_root[root].path
+            rule = f"{config.root!r} is also the root of {other.name}; two DAGs cannot publish into one dataset"
+            loaded.errors.append(DatasetConfigError(path, [("root", rule)]))
+        else:
+            by_name[config.name] = by_root[root] = config
+            loaded.configs.append(config)
+    return loaded
