@@ -1,24 +1,33 @@
 """
 ### consume_webdataset
 
-An example consumer: runs whenever `build_webdataset` publishes a new
-version (an Asset event) and reads the version named by the event through
-its wids shard index. Copy it as the start of a training or evaluation DAG.
+An example consumer of every configured dataset: it runs when any
+`webdataset__<name>` DAG publishes a version (an Asset event), and shows
+the two ways to pick what to read. Copy the task that fits your use.
+
+* `read_each_published_version` handles **every event**: it reads the
+  version each event names, so it sees every version, including backfills
+  of old dates (e.g. evaluate each version).
+* `read_latest_version` reads each triggering dataset's **LATEST**: the
+  newest version only, whichever event woke it (e.g. train on the freshest
+  data); after a backfill of an old date it reads the newest one again.
+
+Logic lives in `spark_webdataset.consumer`; this file is wiring only.
 """
 
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import DAG, Asset, task
+from airflow.sdk import DAG, AssetAny, task
 
-from spark_webdataset.pipeline import PipelineDefaults
+from spark_webdataset.airflow_dags import build_dags
 
-dataset = Asset(name="webdataset_digits", uri=PipelineDefaults.from_environment().asset_uri(), group="webdataset")
+assets = list(build_dags().assets.values())
 
 with DAG(
     dag_id="consume_webdataset",
     doc_md=__doc__,
-    schedule=[dataset],
+    schedule=AssetAny(*assets) if assets else None,
     start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
     catchup=False,
     tags=["webdataset", "example"],
@@ -26,10 +35,20 @@ with DAG(
 ) as dag:
 
     @task
-    def read_new_version(triggering_asset_events=None) -> dict:
+    def read_each_published_version(triggering_asset_events=None) -> list[dict]:
         from spark_webdataset.consumer import read_published
 
         events = [event for events in triggering_asset_events.values() for event in events]
-        return read_published(events[-1].extra)
+        print(f"every version: {len(events)} publish event(s) since the last run", flush=True)
+        return [read_published(event.extra) for event in sorted(events, key=lambda event: event.timestamp)]
 
-    read_new_version()
+    @task
+    def read_latest_version(triggering_asset_events=None) -> list[dict]:
+        from spark_webdataset.consumer import read_latest
+
+        roots = sorted({event.extra["root"] for events in triggering_asset_events.values() for event in events})
+        print(f"newest version only: LATEST of {', '.join(roots)}", flush=True)
+        return [read_latest(root) for root in roots]
+
+    read_each_published_version()
+    read_latest_version()

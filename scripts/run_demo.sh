@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # `make run`: the main job end to end on the embedded default. Makes the demo
-# source, runs the build_webdataset DAG with `airflow dags test` for today's
-# date (so a second run is the same version and a no-op publish), and shows
-# what was published.
+# source, runs the webdataset__digits DAG (from datasets/digits.yaml) with
+# `airflow dags test` for today's date (so a second run is the same version and
+# a no-op publish), and shows what was published.
 set -euo pipefail
 source "$(dirname "$0")/airflow_env.sh"
 cd "$REPO"
 mkdir -p "$AIRFLOW_HOME"
 log="$AIRFLOW_HOME/last_run.log"
 day="${DEMO_DATE:-$(date -u +%Y-%m-%d)}"
-root="$SPARK_WEBDATASET_DATA/datasets/digits"
+dag=webdataset__digits
+config="$(spark-webdataset datasets digits --json 2>/dev/null)" || { spark-webdataset datasets digits >/dev/null; exit 1; }
+source_dir="$(python -c 'import json, sys; print(json.load(sys.stdin)["source"])' <<<"$config")"
+root="$(python -c 'import json, sys; print(json.load(sys.stdin)["root"])' <<<"$config")"
 
-spark-webdataset demo-source "$SPARK_WEBDATASET_DATA/demo/digits"
+spark-webdataset demo-source "$source_dir"
 airflow db migrate >"$AIRFLOW_HOME/db_migrate.log" 2>&1 || { tail -20 "$AIRFLOW_HOME/db_migrate.log"; exit 1; }
-echo "running DAG build_webdataset for $day (plan >> write_shards >> validate >> publish); log: $log"
-if ! airflow dags test build_webdataset "$day" >"$log" 2>&1; then
+echo "running DAG $dag for $day (plan >> write_shards >> validate >> publish); log: $log"
+if ! airflow dags test "$dag" "$day" >"$log" 2>&1; then
   grep -E "ERROR|error:|Traceback|refused" "$log" | tail -20
   echo "the DAG run failed; full log: $log" >&2
   exit 1

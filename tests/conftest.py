@@ -25,6 +25,7 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = '{"conn_type": "spark", "host": "local[2]"}'
+os.environ["SPARK_WEBDATASET_DATASETS"] = str(REPO / "datasets")  # the repo's configs, whatever the shell says
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -64,7 +64,7 @@ def cluster(tmp_path_factory):
 
 
 def test_dag_on_the_standalone_cluster(cluster, executor_python, digits_source, airflow_db, tmp_path, monkeypatch) -> None:
-    from airflow.dag_processing.dagbag import DagBag
+    from dataset_dags import dataset_dag, write_config
 
     py_files = subprocess.run(
         [str(REPO / "scripts" / "build_pyfiles.sh"), str(tmp_path / "spark_webdataset.zip")],
@@ -72,13 +72,18 @@ def test_dag_on_the_standalone_cluster(cluster, executor_python, digits_source, 
     ).stdout.strip()  # fmt: skip
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": cluster}))
     monkeypatch.setenv("PYSPARK_PYTHON", executor_python)
-    monkeypatch.setenv("SPARK_WEBDATASET_PY_FILES", py_files)
-    dag = DagBag(dag_folder=str(REPO / "dags" / "build_webdataset.py")).dags["build_webdataset"]
     root = tmp_path / "root"
-    run = dag.test(
-        run_conf={"source": digits_source, "output_root": str(root), "max_shard_bytes": "512KiB"},
-        logical_date=datetime.datetime(2026, 11, 9, tzinfo=datetime.timezone.utc),
-    )
+    # the dataset's config ships the package to executors (spark.py_files), as a cluster deployment's would
+    write_config(
+        tmp_path / "datasets", "digits", source=digits_source, root=str(root), key="format_string('%05d', id)",
+        fields={"png": "image", "cls": "label"}, max_shard_bytes="512KiB",
+        spark={"py_files": "${CLUSTER_PY_FILES}", "conf": {"spark.executor.memory": "1g"}},
+    )  # fmt: skip
+    monkeypatch.setenv("CLUSTER_PY_FILES", py_files)
+    monkeypatch.setenv("SPARK_WEBDATASET_DATASETS", str(tmp_path / "datasets"))
+    dag = dataset_dag("digits")
+    assert dag.get_task("write_shards").py_files == py_files
+    run = dag.test(logical_date=datetime.datetime(2026, 11, 9, tzinfo=datetime.timezone.utc))
     assert run.state == "success"
     manifest = json.loads((root / "versions" / "20261109T000000Z" / "_manifest.json").read_text())
     assert manifest["run"]["spark_application_id"].startswith("app-")  # a standalone app, not local-

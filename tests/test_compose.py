@@ -53,3 +53,6 @@ def test_ports_and_variables_agree_with_the_scripts() -> None:
     assert "build_pyfiles.sh" in standalone
     assert re.search(r"dist/spark_webdataset\.zip", (REPO / "scripts" / "build_pyfiles.sh").read_text())
     assert airflow["environment"]["SPARK_WEBDATASET_PY_FILES"] == "/app/dist/spark_webdataset.zip"
+    # the demo dataset's config is what hands that zip to spark-submit
+    digits = yaml.safe_load((REPO / "datasets" / "digits.yaml").read_text())
+    assert digits["spark"]["py_files"] == "${SPARK_WEBDATASET_PY_FILES:-}"

@@ -1,13 +1,22 @@
-"""Every DAG file imports cleanly, is wired sanely, and looks nothing up at parse time."""
+"""Every DAG file imports cleanly, is wired sanely, looks nothing up at parse time; plugins import cleanly;
+a bad dataset config is one import error and every other dataset's DAG still loads (and stays scheduled)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from unittest import mock
 
 import pytest
 
-DAGS = Path(__file__).resolve().parents[1] / "dags"
+from dataset_dags import dagbag_of, write_config
+
+REPO = Path(__file__).resolve().parents[1]
+DAGS = REPO / "dags"
+ERRORS_FILE = "dataset_config_errors.py"
 
 
 def _refuse(*args, **kwargs):
@@ -30,24 +39,98 @@ def dagbag():
 
 def test_every_dag_file_imports(dagbag) -> None:
     assert dagbag.import_errors == {}
-    assert {"build_webdataset", "consume_webdataset"} <= set(dagbag.dag_ids)
-    assert len(list(DAGS.glob("*.py"))) == len(dagbag.dag_ids)
+    # one DAG per dataset config, and the example consumer
+    configs = sorted(p.stem for p in (REPO / "datasets").glob("*.yaml"))
+    assert configs == ["digits"]
+    assert sorted(dagbag.dag_ids) == sorted([*(f"webdataset__{name}" for name in configs), "consume_webdataset"])
 
 
-@pytest.mark.parametrize("dag_id", ["build_webdataset", "consume_webdataset"])
+@pytest.mark.parametrize("dag_id", ["webdataset__digits", "consume_webdataset"])
 def test_dags_have_tags_retries_and_docs(dagbag, dag_id: str) -> None:
     dag = dagbag.dags[dag_id]
     assert dag.tags and dag.doc_md and dag_id in dag.doc_md
-    # validation failures are defects in the data: retrying cannot fix them
-    assert all(task.retries >= 1 for task in dag.tasks if task.task_id != "validate")
+    assert all(task.retries >= 1 for task in dag.tasks)  # failures no retry can fix fail at once instead
     dag.check_cycle()  # raises on a cycle
 
 
-def test_build_dag_wiring(dagbag) -> None:
-    dag = dagbag.dags["build_webdataset"]
+def test_dataset_dag_wiring(dagbag) -> None:
+    dag = dagbag.dags["webdataset__digits"]
     order = [t.task_id for t in dag.topological_sort()]
     assert dag.get_task("write_shards").downstream_task_ids == {"validate"}
     assert dag.get_task("validate").downstream_task_ids == {"publish"}
-    assert dag.get_task("publish").outlets
-    assert dag.catchup is False and dag.params["order"] == "hash"
+    [outlet] = dag.get_task("publish").outlets
+    assert outlet.name == "webdataset_digits"
+    assert dag.catchup is False and dag.params["order"] == "hash" and dag.params["max_shard_bytes"] == "1MiB"
     assert order == ["plan", "write_shards", "validate", "publish"]
+    assert dag.fileloc == str(DAGS / "webdataset_datasets.py")
+
+
+def test_the_consumer_runs_on_every_configured_dataset(tmp_path, monkeypatch) -> None:
+    for name in ("a", "b"):
+        write_config(tmp_path, name, source="/raw", root=f"/out/{name}", key="id")
+    monkeypatch.setenv("SPARK_WEBDATASET_DATASETS", str(tmp_path))
+    bag = dagbag_of(DAGS / "consume_webdataset.py")
+    assert bag.import_errors == {}
+    condition = bag.dags["consume_webdataset"].timetable.asset_condition
+    assert sorted(asset.name for asset in condition.objects) == ["webdataset_a", "webdataset_b"]
+    tasks = {t.task_id for t in bag.dags["consume_webdataset"].tasks}
+    assert tasks == {"read_each_published_version", "read_latest_version"}
+
+
+def test_a_bad_config_is_one_import_error_and_the_other_datasets_load(tmp_path, monkeypatch) -> None:
+    write_config(tmp_path, "good", source="/raw/good", root="/out/good", key="id")
+    bad = write_config(tmp_path, "broken", source="/raw/broken", root="/out/broken", key="id", max_shard_bytes="lots")
+    monkeypatch.setenv("SPARK_WEBDATASET_DATASETS", str(tmp_path))
+    bag = dagbag_of(DAGS)
+    assert sorted(bag.dag_ids) == ["consume_webdataset", "webdataset__good"]
+    assert list(bag.import_errors) == [str(DAGS / ERRORS_FILE)]
+    error = bag.import_errors[str(DAGS / ERRORS_FILE)]
+    assert "1 dataset config cannot be used (every other dataset's DAG loads)" in error
+    assert f"{bad}: field 'max_shard_bytes': option max_shard_bytes='lots' is not a byte size" in error
+    # fixed: no error left
+    write_config(tmp_path, "broken", source="/raw/broken", root="/out/broken", key="id", max_shard_bytes="1GiB")
+    fixed = dagbag_of(DAGS)
+    assert fixed.import_errors == {} and "webdataset__broken" in fixed.dag_ids
+
+
+def test_the_dag_processor_keeps_the_good_datasets_scheduled(airflow_db, tmp_path, monkeypatch) -> None:
+    """What the DAG processor writes for the bag: the good DAG active, the error on the file holding no DAG."""
+    from sqlalchemy import select
+
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
+    from airflow.models.dag import DagModel
+    from airflow.models.errors import ParseImportError
+    from airflow.utils.session import create_session
+
+    write_config(tmp_path, "kept", source="/raw/kept", root="/out/kept", key="id")
+    write_config(tmp_path, "refused", source="/raw/{day}", root="/out/refused", key="id")
+    monkeypatch.setenv("SPARK_WEBDATASET_DATASETS", str(tmp_path))
+    bag = BundleDagBag(dag_folder=str(DAGS), bundle_path=DAGS, bundle_name="dags-folder")
+    DagBundlesManager().sync_bundles_to_db()  # the bundle's row, as the processor has it
+    sync_bag_to_db(bag, "dags-folder", None)
+    with create_session() as session:
+        kept = session.scalar(select(DagModel).where(DagModel.dag_id == "webdataset__kept"))
+        assert (kept.is_stale, kept.has_import_errors, kept.relative_fileloc) == (False, False, "webdataset_datasets.py")
+        [error] = session.scalars(select(ParseImportError).where(ParseImportError.bundle_name == "dags-folder")).all()
+        assert error.filename == ERRORS_FILE
+        assert f"{tmp_path / 'refused.yaml'}: field 'source': unknown placeholder {{day}}" in error.stacktrace
+
+
+def test_airflow_loads_its_plugins_without_an_error() -> None:
+    """plugins/ holds the package and plugin files: the plugin manager imports only the plugin files."""
+    probe = (
+        "import json, sys\n"
+        "from airflow import plugins_manager\n"
+        "plugins, errors = plugins_manager._get_plugins()\n"
+        "files = sorted(str(p.source.path) for p in plugins if hasattr(p.source, 'path'))\n"
+        "shadowed = sorted(m for m in ('errors', 'layout', 'gcs', 'keys', 'pipeline') if m in sys.modules)\n"
+        "print(json.dumps({'errors': errors, 'files': files, 'shadowed': shadowed}))\n"
+    )
+    env = {**os.environ, "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins")}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["errors"] == {} and report["shadowed"] == [], report  # no module of the package as a plugin
+    assert all("/" not in path for path in report["files"]), report  # top-level plugin files only
+    assert "attempted relative import" not in done.stderr

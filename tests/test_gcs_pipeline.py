@@ -59,19 +59,23 @@ def test_spark_write_validate_publish_and_read_back(spark, bucket, gcs_emulator,
     }
 
 
-def test_dag_run_to_gcs(bucket, digits_source, airflow_db) -> None:
+def test_dag_run_to_gcs(bucket, digits_source, airflow_db, tmp_path, monkeypatch) -> None:
+    """A config whose root is gs://: its DAG writes, validates and publishes there, and its Asset is the root."""
     import datetime
 
-    from airflow.dag_processing.dagbag import DagBag
-
+    from dataset_dags import dataset_dag, write_config
     from spark_webdataset.catalog import describe
 
-    dag = DagBag(dag_folder=str(REPO / "dags" / "build_webdataset.py")).dags["build_webdataset"]
     root = f"{bucket}/digits"
-    run = dag.test(
-        run_conf={"source": digits_source, "output_root": root, "max_shard_bytes": "512KiB"},
-        logical_date=datetime.datetime(2026, 11, 7, tzinfo=datetime.timezone.utc),
-    )
+    write_config(
+        tmp_path / "datasets", "digits", source=digits_source, root=root, key="format_string('%05d', id)",
+        fields={"png": "image", "cls": "label", "json": "meta"}, max_shard_bytes="512KiB",
+    )  # fmt: skip
+    monkeypatch.setenv("SPARK_WEBDATASET_DATASETS", str(tmp_path / "datasets"))
+    dag = dataset_dag("digits")
+    [outlet] = dag.get_task("publish").outlets
+    assert outlet.uri == root
+    run = dag.test(logical_date=datetime.datetime(2026, 11, 7, tzinfo=datetime.timezone.utc))
     assert run.state == "success"
     description = describe(root)
     assert description["latest"] == "20261107T000000Z"

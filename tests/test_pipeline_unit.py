@@ -1,4 +1,4 @@
-"""spark_webdataset.pipeline without Airflow: what a run plans and which defaults it starts from."""
+"""spark_webdataset.pipeline without Airflow: what a run plans from its Params."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from spark_webdataset.pipeline import REPO, PipelineDefaults, PipelineError, plan_run
+from spark_webdataset.pipeline import PipelineError, plan_run
 
 UTC = datetime.timezone.utc
 
@@ -14,6 +14,7 @@ UTC = datetime.timezone.utc
 def params(**changes) -> dict:
     base = {
         "source": "/data/raw",
+        "source_table": None,
         "source_format": "parquet",
         "output_root": "/data/out/",
         "key": "format_string('%05d', id)",
@@ -124,57 +125,16 @@ def test_source_placeholders_are_filled_from_the_run() -> None:
     assert override["source"] == "/raw/20261108-v2"
 
 
-def test_defaults_without_any_variable() -> None:
-    defaults = PipelineDefaults.from_environment({})
-    data = f"{REPO / 'data'}"
-    assert defaults == PipelineDefaults(
-        source=f"{data}/demo/digits",
-        source_format="parquet",
-        output_root=f"{data}/datasets/digits",
-        key="format_string('%05d', id)",
-        fields=["png=image", "cls=label", "json=meta"],
-        max_shard_bytes="1MiB",
-        max_samples_per_shard=None,
-        order="hash",
-        schedule="@daily",
-        spark_master_for_validation=None,
-    )
-    assert defaults.asset_uri() == f"file://{data}/datasets/digits"
+def test_a_table_source_replaces_source_and_format() -> None:
+    moment = datetime.datetime(2026, 12, 1, tzinfo=UTC)
+    planned = plan_run(params(source=None, source_table="db.images"), moment, None)
+    assert planned["source"] == "db.images"
+    assert flags(planned["job_args"])[:2] == [("--source-table", "db.images"), ("--output", "/data/out/")]
+    assert "--source" not in planned["job_args"] and "--source-format" not in planned["job_args"]
 
 
-def test_data_folder_moves_source_and_root() -> None:
-    defaults = PipelineDefaults.from_environment({"SPARK_WEBDATASET_DATA": "/srv/d"})
-    assert (defaults.source, defaults.output_root) == ("/srv/d/demo/digits", "/srv/d/datasets/digits")
-
-
-@pytest.mark.parametrize(
-    "variable, value, attribute, expected",
-    [
-        ("SPARK_WEBDATASET_SOURCE", "gs://raw/{ds}", "source", "gs://raw/{ds}"),
-        ("SPARK_WEBDATASET_SOURCE_FORMAT", "orc", "source_format", "orc"),
-        ("SPARK_WEBDATASET_ROOT", "gs://b/ds", "output_root", "gs://b/ds"),
-        ("SPARK_WEBDATASET_KEY", "uid", "key", "uid"),
-        ("SPARK_WEBDATASET_FIELDS", " jpg=image , ,cls=label,", "fields", ["jpg=image", "cls=label"]),
-        ("SPARK_WEBDATASET_MAX_SHARD_BYTES", "3GiB", "max_shard_bytes", "3GiB"),
-        ("SPARK_WEBDATASET_MAX_SAMPLES_PER_SHARD", "1000", "max_samples_per_shard", 1000),
-        ("SPARK_WEBDATASET_MAX_SAMPLES_PER_SHARD", "", "max_samples_per_shard", None),
-        ("SPARK_WEBDATASET_ORDER", "key", "order", "key"),
-        ("SPARK_WEBDATASET_SCHEDULE", "@hourly", "schedule", "@hourly"),
-        ("SPARK_WEBDATASET_SCHEDULE", "None", "schedule", None),
-        ("SPARK_WEBDATASET_SCHEDULE", "", "schedule", None),
-        ("SPARK_WEBDATASET_VALIDATE_MASTER", "spark://m:7077", "spark_master_for_validation", "spark://m:7077"),
-        ("SPARK_WEBDATASET_VALIDATE_MASTER", "", "spark_master_for_validation", None),
-    ],
-)
-def test_each_variable_sets_its_default(variable, value, attribute, expected) -> None:
-    baseline = PipelineDefaults.from_environment({})
-    defaults = PipelineDefaults.from_environment({variable: value})
-    assert getattr(defaults, attribute) == expected
-    others = {name: getattr(baseline, name) for name in baseline.__dataclass_fields__ if name != attribute}
-    assert {name: getattr(defaults, name) for name in others} == others  # nothing else moved
-
-
-def test_asset_uri_of_a_remote_root_is_the_root() -> None:
-    assert PipelineDefaults.from_environment({"SPARK_WEBDATASET_ROOT": "gs://b/ds"}).asset_uri() == "gs://b/ds"
-    relative = PipelineDefaults.from_environment({"SPARK_WEBDATASET_ROOT": "rel/ds"}).asset_uri()
-    assert relative.startswith("file:///") and relative.endswith("/rel/ds")
+@pytest.mark.parametrize("source, table", [("/data/raw", "db.images"), (None, None), ("", "")])
+def test_a_run_needs_exactly_one_of_source_and_table(source, table) -> None:
+    moment = datetime.datetime(2026, 12, 1, tzinfo=UTC)
+    with pytest.raises(PipelineError, match="exactly one of the params 'source' .* and 'source_table'"):
+        plan_run(params(source=source, source_table=table), moment, None)

@@ -1,4 +1,4 @@
-"""`spark-webdataset`: validate, publish and inspect datasets; make the demo source."""
+"""`spark-webdataset`: validate, publish and inspect datasets; check dataset configs; make the demo source."""
 
 from __future__ import annotations
 
@@ -50,6 +50,38 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _datasets(args: argparse.Namespace) -> int:
+    from .dataset_config import InvalidDatasetConfigs, load_folder
+
+    try:  # with Airflow installed, the full check: the DAG each config gives (schedule included)
+        from .airflow_dags import build_dags
+    except ImportError:
+        build_dags = None
+    loaded = build_dags(args.folder) if build_dags is not None else load_folder(args.folder)
+    configs, errors = loaded.configs, loaded.errors
+    if args.name:
+        configs = [c for c in configs if c.name == args.name]
+        if not configs:
+            problems = "".join(f"\n{e}" for e in errors)
+            message = f"no usable dataset named {args.name!r}{problems}"
+            print(f"spark-webdataset datasets: error: {message}", file=sys.stderr)
+            return 2
+    described = [
+        {"dag_id": c.dag_id, "asset": c.asset_name, "file": str(c.path), **c.model_dump(mode="json")}
+        for c in configs
+    ]
+    if args.json:
+        print(json.dumps(described[0] if args.name else described, indent=1))
+    else:
+        for c in configs:
+            source = f"table {c.source_table}" if c.source_table else c.source
+            print(f"{c.dag_id}  {c.path}: {source} -> {c.root} (schedule {c.schedule})")
+    if errors and not args.name:
+        print(f"spark-webdataset datasets: error: {InvalidDatasetConfigs(errors)}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spark-webdataset", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -75,6 +107,14 @@ def parser() -> argparse.ArgumentParser:
     inspect.add_argument("root")
     inspect.add_argument("--json", action="store_true")
     inspect.set_defaults(run=_inspect)
+
+    datasets = commands.add_parser(
+        "datasets", help="check the dataset configs (one DAG each); exit 2 naming file, field, rule of bad ones"
+    )
+    datasets.add_argument("name", nargs="?", help="show only this dataset")
+    datasets.add_argument("--folder", help="folder of configs (default: SPARK_WEBDATASET_DATASETS, else datasets/)")
+    datasets.add_argument("--json", action="store_true")
+    datasets.set_defaults(run=_datasets)
 
     demo = commands.add_parser("demo-source", help="write the scikit-learn digits demo source as parquet")
     demo.add_argument("directory")

@@ -1,17 +1,15 @@
 """The pipeline's logic, importable and testable without Airflow running.
 
-The DAG files in dags/ only wire these functions to tasks. Defaults come
-from the environment (read when the DAG file is parsed: no Variable or
-Connection lookups), and every run's Params can override them.
+The DAG factory (`airflow_dags`) only wires these functions to tasks. A
+run's Params start from its dataset's config (`dataset_config`) and may
+override any of it.
 """
 
 from __future__ import annotations
 
 import datetime
-import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .errors import InputError, VersionError, WebDatasetError
 from .format.sizes import format_size
@@ -22,49 +20,12 @@ from .validate import validate_version
 REPO = Path(__file__).resolve().parents[2]
 JOB_SCRIPT = str(REPO / "jobs" / "build_webdataset.py")
 VERSION_FORMAT = "%Y%m%dT%H%M%SZ"
+# What the jobs exit with for bad input (build_job.run_job; argparse too): a retry cannot help.
+BAD_INPUT_EXIT_CODE = 2
 
 
 class PipelineError(WebDatasetError):
     """A step found the version unfit or the run's input bad; retrying will not help."""
-
-
-@dataclass(frozen=True)
-class PipelineDefaults:
-    """What a run uses unless its Params say otherwise."""
-
-    source: str
-    source_format: str
-    output_root: str
-    key: str
-    fields: list[str]
-    max_shard_bytes: str
-    max_samples_per_shard: int | None
-    order: str
-    schedule: str | None
-    spark_master_for_validation: str | None
-
-    @classmethod
-    def from_environment(cls, environ: Mapping[str, str] = os.environ) -> "PipelineDefaults":
-        data = environ.get("SPARK_WEBDATASET_DATA", str(REPO / "data"))
-        fields = environ.get("SPARK_WEBDATASET_FIELDS", "png=image,cls=label,json=meta")
-        max_samples = environ.get("SPARK_WEBDATASET_MAX_SAMPLES_PER_SHARD")
-        schedule = environ.get("SPARK_WEBDATASET_SCHEDULE", "@daily")
-        return cls(
-            source=environ.get("SPARK_WEBDATASET_SOURCE", f"{data}/demo/digits"),
-            source_format=environ.get("SPARK_WEBDATASET_SOURCE_FORMAT", "parquet"),
-            output_root=environ.get("SPARK_WEBDATASET_ROOT", f"{data}/datasets/digits"),
-            key=environ.get("SPARK_WEBDATASET_KEY", "format_string('%05d', id)"),
-            fields=[f.strip() for f in fields.split(",") if f.strip()],
-            max_shard_bytes=environ.get("SPARK_WEBDATASET_MAX_SHARD_BYTES", "1MiB"),
-            max_samples_per_shard=int(max_samples) if max_samples else None,
-            order=environ.get("SPARK_WEBDATASET_ORDER", "hash"),
-            schedule=None if schedule.lower() in ("", "none") else schedule,
-            spark_master_for_validation=environ.get("SPARK_WEBDATASET_VALIDATE_MASTER") or None,
-        )
-
-    def asset_uri(self) -> str:
-        root = self.output_root
-        return root if "://" in root else "file://" + os.path.abspath(root)
 
 
 def version_id(logical_date: datetime.datetime | None, run_after: datetime.datetime | None, override: str | None = None) -> str:
@@ -94,10 +55,12 @@ def plan_run(params: Mapping[str, Any], logical_date, run_after) -> dict:
     version = version_id(logical_date, run_after, params.get("version") or None)
     root = params["output_root"]
     moment = logical_date or run_after
-    source = render_source(params["source"], logical_date or run_after, version)
+    table = params.get("source_table") or None
+    if bool(params.get("source")) == bool(table):
+        raise PipelineError("give exactly one of the params 'source' (a URI) and 'source_table' (a table)")
+    source = table or render_source(params["source"], moment, version)
     args = [
-        "--source", source,
-        "--source-format", params["source_format"],
+        *(["--source-table", table] if table else ["--source", source, "--source-format", params["source_format"]]),
         "--output", root,
         "--version", version,
         "--key", params["key"],
@@ -119,7 +82,13 @@ def plan_run(params: Mapping[str, Any], logical_date, run_after) -> dict:
     }
 
 
-def validate_step(root: str, version: str, version_uri: str | None = None, spark_master: str | None = None) -> dict:
+def validate_step(
+    root: str,
+    version: str,
+    version_uri: str | None = None,
+    spark_master: str | None = None,
+    required_fields: Sequence[str] = (),
+) -> dict:
     """Validate; raise PipelineError (no retry helps) with the first errors if it fails.
 
     A published version is immutable and was validated before it was
@@ -137,7 +106,7 @@ def validate_step(root: str, version: str, version_uri: str | None = None, spark
             "bytes": previous.get("bytes"),
             "seconds": 0.0,
         }
-    report = validate_version(version_uri, spark_master=spark_master)
+    report = validate_version(version_uri, require=required_fields, spark_master=spark_master)
     print(report.summary(), flush=True)
     if not report.ok:
         raise PipelineError(report.summary())
@@ -151,6 +120,7 @@ def validate_step(root: str, version: str, version_uri: str | None = None, spark
 
 
 def publish_step(root: str, version: str, logical_date: str | None = None) -> dict:
+    """Publish the validated version; a refusal is a PipelineError (no retry helps)."""
     try:
         result = publish(root, version, logical_date=logical_date)
     except VersionError as error:

@@ -1,0 +1,31 @@
+"""
+#### How every `webdataset__<name>` DAG works
+
+One DAG per dataset config in `datasets/` (`SPARK_WEBDATASET_DATASETS`):
+`plan` >> `write_shards` (spark-submit of `jobs/build_webdataset.py`) >>
+`validate` >> `publish`.
+
+* **Version id**: the run's logical date (`20261201T000000Z`), or
+  `run_after` for a manual run without one, or the `version` param.
+  Retries and backfills of a date land on the same version.
+* **Publish** makes the version visible atomically and moves `LATEST`
+  forward only; it updates the dataset's Asset, whose event carries
+  version, root, URI, index, samples, shards and bytes.
+* **Params**: the form starts from the config; a manual run may override
+  any field.
+* **Failures**: bad input (the job exits 2: a missing source, a bad key or
+  option) and an unfit version fail at once; anything else retries.
+* **Spark**: the config's connection (`spark_default`, from
+  `AIRFLOW_CONN_SPARK_DEFAULT`); `spark-submit` must be on PATH.
+
+A config that cannot be used shows as the import error of
+`dags/dataset_config_errors.py`; the other datasets' DAGs still load.
+Logic lives in `spark_webdataset.pipeline`, the wiring in
+`spark_webdataset.airflow_dags`; this file only registers the DAGs.
+"""
+
+from __future__ import annotations
+
+from spark_webdataset.airflow_dags import build_dags
+
+globals().update(build_dags(doc_md=__doc__).dags)

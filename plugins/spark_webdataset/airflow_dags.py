@@ -1,0 +1,245 @@
+"""One Airflow DAG per dataset config: the wiring of `pipeline`'s steps, nothing else.
+
+`build_dags()` loads the datasets folder (`dataset_config`) and builds
+`webdataset__<name>` for every usable config: `plan` >> `write_shards`
+(spark-submit of jobs/build_webdataset.py) >> `validate` >> `publish`
+(outlet: the Asset `webdataset_<name>` of the dataset's root).
+
+Why two DAG files use it (dags/webdataset_datasets.py registers the DAGs,
+dags/dataset_config_errors.py raises the errors): Airflow 3.3 records
+import errors per file, and an import error marks every DAG of that file
+stale (`dag_processing.collection._update_import_errors`), so the
+scheduler stops running them. The errors therefore go to a file that
+holds no DAG, and one bad config never stops the other datasets.
+
+Nothing here looks up a Variable or a Connection: that happens in the
+tasks, when they run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, Asset, Param, task
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from .build_job import ORDERS
+from .dataset_config import DatasetConfig, DatasetConfigError, InvalidDatasetConfigs, load_folder
+from .pipeline import BAD_INPUT_EXIT_CODE, JOB_SCRIPT, PipelineError
+
+RETRY_DELAY = datetime.timedelta(minutes=1)
+SPARK_JOB_TIMEOUT = datetime.timedelta(hours=6)
+
+
+class SparkJobOperator(SparkSubmitOperator):
+    """spark-submit that fails at once, without retries, when the job reports bad input.
+
+    The job exits 2 for input a retry cannot fix (a missing source, a bad
+    key, an invalid option); the provider's hook turns every non-zero exit
+    into the same AirflowException, so the exit code is read from the
+    spark-submit process it ran. Other failures (exit 1, a lost executor,
+    a killed driver) keep their retries. In cluster deploy mode
+    spark-submit does not return the driver's code: there every failure
+    retries.
+    """
+
+    def execute(self, context: Any) -> Any:
+        try:
+            return super().execute(context)
+        except AirflowFailException:
+            raise
+        except AirflowException as error:
+            process = getattr(self._hook, "_submit_sp", None)
+            if process is None or process.returncode != BAD_INPUT_EXIT_CODE:
+                raise
+            reasons = [line for line in getattr(self._hook, "_last_submit_log_lines", ()) if ": error:" in line]
+            reason = reasons[-1] if reasons else "see the job's output above"
+            message = (
+                f"the Spark job rejected its input (exit code {BAD_INPUT_EXIT_CODE}), so no retry can help: "
+                f"{reason}"
+            )
+            self.log.error("%s", message)
+            raise AirflowFailException(message) from error
+
+
+@contextlib.contextmanager
+def fail_without_retry() -> Iterator[None]:
+    """A PipelineError (bad params, an unfit version) fails the task at once; other errors retry."""
+    try:
+        yield
+    except PipelineError as error:
+        raise AirflowFailException(str(error)) from error
+
+
+def dataset_asset(config: DatasetConfig) -> Asset:
+    """The Asset a dataset's DAG updates on each publish: downstream DAGs schedule on it."""
+    return Asset(name=config.asset_name, uri=config.asset_uri, group="webdataset")
+
+
+def run_params(config: DatasetConfig) -> dict[str, Param]:
+    """The manual-run form: every field starts at the config's value and can be overridden per run."""
+    return {
+        "source": Param(config.source, type=["null", "string"], description="Spark source URI; {ds}, {ds_nodash}, {version} are filled in"),
+        "source_table": Param(config.source_table, type=["null", "string"], description="a catalog table instead of source (give one of the two)"),
+        "source_format": Param(config.source_format, type="string", description="any Spark format"),
+        "output_root": Param(config.root, type="string", description="dataset root (local path or gs://)"),
+        "key": Param(config.key, type="string", description="column or SQL for each sample's key"),
+        "fields": Param(config.field_args, type="array", items={"type": "string"}, description="EXT=COLUMN_OR_SQL, one per member; empty: every other column"),
+        "max_shard_bytes": Param(config.max_shard_bytes, type="string", description="hard cap per shard, e.g. 3GiB"),
+        "max_samples_per_shard": Param(config.max_samples_per_shard, type=["null", "integer"], minimum=1),
+        "order": Param(config.order, enum=list(ORDERS)),
+        "version": Param(None, type=["null", "string"], description="override the version id (default: from the run's date)"),
+    }  # fmt: skip
+
+
+def dataset_doc(config: DatasetConfig, doc_md: str) -> str:
+    """The DAG's docs: what this dataset is (from its config), then the DAG file's own docstring."""
+    if config.source_table:
+        source = f"table `{config.source_table}`"
+    else:
+        source = f"`{config.source}` ({config.source_format})"
+    lines = [
+        f"### {config.dag_id}",
+        "",
+        f"Config `{config.path}`: {source} -> `{config.root}`, key `{config.key}`, "
+        f"shards of at most {config.max_shard_bytes}, schedule `{config.schedule}`; "
+        f"publishes the Asset `{config.asset_name}`.",
+        "",
+        doc_md.strip(),
+    ]
+    return "\n".join(lines)
+
+
+def _check_schedule(config: DatasetConfig, dag: DAG) -> None:
+    """Airflow's own schedule rules, tied to the config's field (DagBag would blame the whole DAG file)."""
+    try:
+        dag.timetable.validate()
+    except Exception as error:  # noqa: BLE001 - AirflowTimetableInvalid and croniter's errors
+        rule = f"{config.schedule!r} is not a cron expression or preset: {error}"
+        raise DatasetConfigError(config.path or config.name, [("schedule", rule)]) from None
+
+
+def build_dag(config: DatasetConfig, doc_md: str = "") -> DAG:
+    """The DAG of one dataset; raise DatasetConfigError if Airflow refuses what the config asks for."""
+    asset = dataset_asset(config)
+    spark, validation = config.spark, config.validation
+    dag = DAG(
+        dag_id=config.dag_id,
+        description=f"{config.name}: Spark source -> WebDataset shards -> validate -> publish",
+        doc_md=dataset_doc(config, doc_md),
+        schedule=config.schedule,
+        start_date=config.start_date,
+        catchup=config.catchup,
+        max_active_runs=1,
+        render_template_as_native_obj=True,
+        tags=list(dict.fromkeys(["webdataset", "spark", *config.tags])),
+        default_args={
+            "owner": config.owner,
+            "retries": config.retries,
+            "retry_delay": RETRY_DELAY,
+            "retry_exponential_backoff": True,
+        },
+        params=run_params(config),
+        auto_register=False,  # the DAG file registers what it keeps; dataset_config_errors.py keeps none
+    )
+    _check_schedule(config, dag)
+    with dag:
+
+        @task
+        def plan(params=None, dag_run=None) -> dict:
+            from spark_webdataset.pipeline import plan_run
+
+            with fail_without_retry():
+                planned = plan_run(params, dag_run.logical_date, dag_run.run_after)
+            print(f"version {planned['version']} -> {planned['version_uri']} from {planned['source']}")
+            return planned
+
+        planned = plan()
+
+        write_shards = SparkJobOperator(
+            task_id="write_shards",
+            conn_id=spark.conn_id,
+            conf=dict(spark.conf) or None,
+            application=JOB_SCRIPT,
+            application_args="{{ ti.xcom_pull(task_ids='plan')['job_args'] }}",
+            py_files=spark.py_files,
+            name=config.dag_id,
+            execution_timeout=SPARK_JOB_TIMEOUT,
+        )
+
+        @task
+        def validate(planned: dict) -> dict:
+            from spark_webdataset.pipeline import validate_step
+
+            with fail_without_retry():
+                return validate_step(
+                    planned["root"],
+                    planned["version"],
+                    planned["version_uri"],
+                    validation.spark_master,
+                    validation.required_fields,
+                )
+
+        @task(outlets=[asset])
+        def publish(planned: dict, validated: dict, outlet_events=None) -> dict:
+            from spark_webdataset.pipeline import publish_step
+
+            with fail_without_retry():
+                result = publish_step(planned["root"], planned["version"], planned.get("logical_date"))
+            outlet_events[asset].extra = {
+                "version": result["version"],
+                "root": planned["root"],
+                "uri": result["uri"],
+                "index": result["index_uri"],
+                "samples": result["samples"],
+                "shards": result["shards"],
+                "bytes": result["bytes"],
+            }
+            return result
+
+        validated = validate(planned)
+        planned >> write_shards >> validated
+        publish(planned, validated)
+    try:
+        dag.validate()  # what DagBag checks: a failure here would be an import error of the whole DAG file
+    except Exception as error:  # noqa: BLE001 - any refusal is this config's problem
+        rule = f"Airflow refuses the DAG it gives: {error}"
+        raise DatasetConfigError(config.path or config.name, [(None, rule)]) from None
+    return dag
+
+
+@dataclass
+class BuiltDags:
+    """The DAGs of every usable config by DAG id, their configs and Assets, and one error per unusable file."""
+
+    folder: Path
+    configs: list[DatasetConfig] = field(default_factory=list)
+    dags: dict[str, DAG] = field(default_factory=dict)
+    assets: dict[str, Asset] = field(default_factory=dict)
+    errors: list[DatasetConfigError] = field(default_factory=list)
+
+    def raise_errors(self) -> None:
+        """Raise one error listing every unusable config file (file, field, rule), if there is any."""
+        if self.errors:
+            raise InvalidDatasetConfigs(self.errors)
+
+
+def build_dags(folder: Path | str | None = None, doc_md: str = "") -> BuiltDags:
+    """The DAG of every usable config in the folder (default: the datasets folder); errors for the rest."""
+    loaded = load_folder(folder)
+    built = BuiltDags(loaded.folder, errors=list(loaded.errors))
+    for config in loaded.configs:
+        try:
+            dag = build_dag(config, doc_md)
+        except DatasetConfigError as error:
+            built.errors.append(error)
+            continue
+        built.configs.append(config)
+        built.dags[dag.dag_id] = dag
+        built.assets[config.name] = dataset_asset(config)
+    return built
