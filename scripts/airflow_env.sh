@@ -13,6 +13,6 @@ export PYSPARK_DRIVER_PYTHON="$REPO/.venv/bin/python"
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
 export SPARK_WEBDATASET_DATA="${SPARK_WEBDATASET_DATA:-$REPO/data}"
 export SPARK_WEBDATASET_DATASETS="${SPARK_WEBDATASET_DATASETS:-$REPO/datasets}"  # one YAML per dataset -> one DAG
-# A task's first call to the execution API can take 10-19 s on a cold machine
-# (the API server loads its app on first use); the default 5 s fails the task.
+# A task's first call to the execution API can take 10-19 s to be answered on a
+# cold machine; the default timeout (5 s) fails the task.
 export AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT="${AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT:-60}"
