@@ -40,40 +40,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+from common import GIB, MB, MIB, REPO, busy_seconds, load, parse_size, sha_frame, wait_for_quiet
+
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 import psutil  # noqa: E402
 
-MIB = 1024**2
-GIB = 1024**3
-MB = 1e6
 SCRIPT = REPO / "scripts" / "spark_cluster.sh"
-
-
-def parse_size(text: str) -> int:
-    units = {"kib": 1024, "mib": MIB, "gib": GIB, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "b": 1}
-    lowered = text.strip().lower()
-    for suffix, factor in units.items():
-        if lowered.endswith(suffix):
-            return int(float(lowered[: -len(suffix)]) * factor)
-    return int(lowered)
-
-
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def busy_seconds() -> float:
-    """CPU seconds the whole machine has spent busy since boot (all cores)."""
-    times = psutil.cpu_times()
-    idle = times.idle + getattr(times, "iowait", 0.0)
-    guest = getattr(times, "guest", 0.0) + getattr(times, "guest_nice", 0.0)  # already in user/nice
-    return sum(times) - idle - guest
 
 
 class CpuWatch:
@@ -123,22 +96,6 @@ class CpuWatch:
         capacity = self.wall * (os.cpu_count() or 1)
         self.other_share = max(0.0, self.busy - self.ours) / capacity if capacity else 0.0
         self.ours_share = self.ours / capacity if capacity else 0.0
-
-
-def wait_for_quiet(limit_s: float, share: float = 0.25) -> float:
-    """Wait (at most `limit_s`) until the machine is under `share` busy for 2 s in a row; seconds waited.
-
-    Called between writes, when this benchmark's own processes are idle, so what is measured is
-    everyone else.
-    """
-    started = time.perf_counter()
-    quiet = 0
-    cores = os.cpu_count() or 1
-    while time.perf_counter() - started < limit_s and quiet < 2:
-        before = busy_seconds()
-        time.sleep(1.0)
-        quiet = quiet + 1 if (busy_seconds() - before) / cores < share else 0
-    return time.perf_counter() - started
 
 
 def build_zip(workdir: str) -> str:
@@ -191,14 +148,6 @@ def start_session(args: argparse.Namespace, master: str, cores: int, zip_path: s
     return spark
 
 
-def frame(spark: Any, rows: int, sample_bytes: int, partitions: int):
-    repeats = -(-sample_bytes // 64)
-    return spark.range(rows, numPartitions=partitions).selectExpr(
-        "format_string('%08d', id) AS __key__",
-        f"CAST(substr(repeat(sha2(CAST(id AS STRING), 256), {repeats}), 1, {sample_bytes}) AS BINARY) AS bin",
-    )
-
-
 def executor_cores(spark: Any, env: dict[str, str]) -> dict[str, Any]:
     app_id = spark.sparkContext.applicationId
     for app in master_json(env).get("activeapps", []):
@@ -221,7 +170,7 @@ def run_config(
     spark = start_session(args, master, cores, zip_path, workdir)
     try:
         t0 = time.perf_counter()
-        df = frame(spark, rows, args.sample_bytes, args.partitions).cache()
+        df = sha_frame(spark, rows, args.sample_bytes, args.partitions).cache()
         assert df.count() == rows
         cache_s = time.perf_counter() - t0
         infos = spark.sparkContext._jsc.sc().getRDDStorageInfo()  # type: ignore[union-attr]

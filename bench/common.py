@@ -1,4 +1,5 @@
-"""What the benchmarks share: paths, sizes, load and CPU, random data, no-op writers, output.
+"""What the benchmarks share: paths, sizes, load and CPU, random data, RSS sampling, a no-op
+writer, output.
 
 Import it first (`from common import ...` works because Python puts bench/ on sys.path when a
 benchmark runs as a script): it puts plugins/ and tests/ on sys.path and sets the environment
@@ -11,10 +12,11 @@ import json
 import os
 import platform
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGINS = str(REPO / "plugins")
@@ -23,18 +25,18 @@ RESULTS = REPO / "bench" / "results"
 for _path in (str(REPO / "tests"), PLUGINS):
     if _path not in sys.path:
         sys.path.insert(0, _path)
-# Spark's Python workers (started by the JVM we start) import this module and the plugins by name.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (str(REPO / "bench"), PLUGINS, os.environ.get("PYTHONPATH", "")) if p
-)
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Spark's Python workers (started by the JVM we start) import this module by name (random_rows,
+# the no-op writer); the package itself they find installed (or as --py-files on a cluster).
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "bench"), os.environ.get("PYTHONPATH", "")) if p)
+os.environ["PYSPARK_PYTHON"] = sys.executable  # workers run the interpreter that runs the benchmark
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 import pyarrow as pa  # noqa: E402
-from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage  # noqa: E402
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage  # noqa: E402
+from pyspark.sql.types import StructType  # noqa: E402
 
 MIB = 1024**2
 GIB = 1024**3
@@ -126,6 +128,135 @@ def random_rows(sample_bytes: int, batches: Iterator[pa.RecordBatch]) -> Iterato
             yield random_batch(ids[start : start + rows_per_batch], sample_bytes, rng)
 
 
+# -- Spark ----------------------------------------------------------------------------
+
+
+def local_spark(
+    cores: int,
+    app_name: str,
+    local_dir: str,
+    driver_memory: str = "2g",
+    confs: dict[str, str] | None = None,
+    sources: Sequence[type] = (),
+) -> Any:
+    """A local[cores] session, UI and progress bars off, quiet logs; `format("webdataset")`
+    registered and the data sources in `sources`."""
+    from pyspark.sql import SparkSession
+
+    import spark_webdataset
+
+    builder = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app_name)
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.local.dir", local_dir)
+    )
+    for key, value in (confs or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    spark_webdataset.register(spark)
+    for source in sources:
+        spark.dataSource.register(source)
+    return spark
+
+
+def arrow_confs(spark: Any) -> dict[str, str | None]:
+    """The session's ARROW_CONFS (None where this Spark does not know one)."""
+    found: dict[str, str | None] = {}
+    for key in ARROW_CONFS:
+        try:
+            found[key] = spark.conf.get(key)
+        except Exception:  # noqa: BLE001 - not a registered conf in this version
+            found[key] = None
+    return found
+
+
+def sha_frame(spark: Any, rows: int, sample_bytes: int, partitions: int, key_format: str = "%08d") -> Any:
+    """`__key__` (key_format of id), `bin` = sha2(id) hex repeated to exactly sample_bytes; made in
+    the JVM, so no Python worker runs."""
+    repeats = -(-sample_bytes // 64)
+    return spark.range(rows, numPartitions=partitions).selectExpr(
+        f"format_string('{key_format}', id) AS __key__",
+        f"CAST(substr(repeat(sha2(CAST(id AS STRING), 256), {repeats}), 1, {sample_bytes}) AS BINARY) AS bin",
+    )
+
+
+# -- memory ------------------------------------------------------------------------
+
+
+class RssSampler:
+    """Every `interval` s: the RSS of every process `select(process)` names a role for; peaks per pid."""
+
+    def __init__(
+        self,
+        select: Callable[[psutil.Process], str | None],
+        interval: float = 0.1,
+        candidates: Callable[[], list[psutil.Process]] | None = None,
+    ) -> None:
+        self.select = select
+        self._candidates = candidates or (lambda: psutil.Process().children(recursive=True))
+        self.interval = interval
+        self.roles: dict[int, str | None] = {}
+        self.peaks: dict[int, int] = {}
+        self.first: dict[int, int] = {}  # RSS when first seen in this window
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample(self) -> None:
+        for process in self._candidates():
+            try:
+                if process.pid not in self.roles:
+                    self.roles[process.pid] = self.select(process)
+                if not self.roles[process.pid]:
+                    continue
+                rss = process.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            self.first.setdefault(process.pid, rss)
+            self.peaks[process.pid] = max(rss, self.peaks.get(process.pid, 0))
+        self.samples += 1
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "RssSampler":
+        self.peaks.clear()
+        self.first.clear()
+        self.samples = 0
+        self._stop.clear()
+        self.sample()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+        self.sample()
+
+    def peak_mib(self, role: str) -> float:
+        return max((rss for pid, rss in self.peaks.items() if self.roles.get(pid) == role), default=0) / MIB
+
+    def by_process(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "pid": pid,
+                "role": self.roles.get(pid),
+                "first_rss_mib": round(self.first.get(pid, 0) / MIB, 1),
+                "peak_rss_mib": round(rss / MIB, 1),
+            }
+            for pid, rss in sorted(self.peaks.items())
+        ]
+
+
+
 # -- a writer that writes nothing (the cost of Spark's Arrow path alone) ----------
 
 
@@ -162,6 +293,20 @@ class NoopArrowWriter(DataSourceArrowWriter):
         }
         with open(self.report, "w") as stream:
             json.dump(summary, stream)
+
+    def abort(self, messages: list[NoopCommitMessage | None]) -> None:
+        pass
+
+
+class NoopDataSource(DataSource):
+    """format("bench_arrow_noop"): NoopArrowWriter; save(path) names the JSON report."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_arrow_noop"
+
+    def writer(self, schema: StructType, overwrite: bool) -> NoopArrowWriter:
+        return NoopArrowWriter(self.options["path"])
 
 
 # -- output -------------------------------------------------------------------------

@@ -44,125 +44,38 @@ import json
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "plugins"))
-sys.path.insert(0, str(REPO / "tests"))
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+from common import (  # sets sys.path and the environment Spark's workers need
+    GIB,
+    MB,
+    MIB,
+    REPO,
+    NoopDataSource,
+    RssSampler,
+    arrow_confs,
+    load,
+    local_spark,
+    parse_size,
+    sha_frame,
+)
 
 import psutil  # noqa: E402
 import pyarrow as pa  # noqa: E402
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
 from spark_webdataset.spark.datasource import WebDatasetDataSource  # noqa: E402
 from spark_webdataset.spark.writer import WebDatasetWriter  # noqa: E402
 
-MIB = 1024**2
-GIB = 1024**3
-MB = 1e6
 PIECE = MIB  # what the Spark task's ShardWriter hands the stream per 1 MiB sample
 MEMORY_TARGET_MIB = 300
 BUCKET = "bench-upload"
-CONFS = (
-    "spark.sql.execution.arrow.maxRecordsPerBatch",
-    "spark.sql.execution.arrow.maxBytesPerBatch",
-    "spark.python.worker.reuse",
-)
-
-
-def parse_size(text: str) -> int:
-    units = {"kib": 1024, "mib": MIB, "gib": GIB, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "b": 1}
-    lowered = text.strip().lower()
-    for suffix, factor in units.items():
-        if lowered.endswith(suffix):
-            return int(float(lowered[: -len(suffix)]) * factor)
-    return int(lowered)
-
-
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 # -- process sampling ----------------------------------------------------------
-
-
-class RssSampler:
-    """Every `interval` s: the RSS of every process `select(process)` names a role for; peaks per pid."""
-
-    def __init__(
-        self,
-        select: Callable[[psutil.Process], str | None],
-        interval: float = 0.1,
-        candidates: Callable[[], list[psutil.Process]] | None = None,
-    ) -> None:
-        self.select = select
-        self._candidates = candidates or (lambda: psutil.Process().children(recursive=True))
-        self.interval = interval
-        self.roles: dict[int, str | None] = {}
-        self.peaks: dict[int, int] = {}
-        self.first: dict[int, int] = {}  # RSS when first seen in this window
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def sample(self) -> None:
-        for process in self._candidates():
-            try:
-                if process.pid not in self.roles:
-                    self.roles[process.pid] = self.select(process)
-                if not self.roles[process.pid]:
-                    continue
-                rss = process.memory_info().rss
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-            self.first.setdefault(process.pid, rss)
-            self.peaks[process.pid] = max(rss, self.peaks.get(process.pid, 0))
-        self.samples += 1
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> "RssSampler":
-        self.peaks.clear()
-        self.first.clear()
-        self.samples = 0
-        self._stop.clear()
-        self.sample()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join()
-        self.sample()
-
-    def peak_mib(self, role: str) -> float:
-        return max((rss for pid, rss in self.peaks.items() if self.roles.get(pid) == role), default=0) / MIB
-
-    def by_process(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "pid": pid,
-                "role": self.roles.get(pid),
-                "first_rss_mib": round(self.first.get(pid, 0) / MIB, 1),
-                "peak_rss_mib": round(rss / MIB, 1),
-            }
-            for pid, rss in sorted(self.peaks.items())
-        ]
 
 
 def python_worker_role(process: psutil.Process) -> str | None:
@@ -325,55 +238,6 @@ def run_uploads(args: argparse.Namespace, emulator: Any, workdir: str) -> dict[s
 # -- part 2: memory --------------------------------------------------------------
 
 
-@dataclass
-class NoopCommitMessage(WriterCommitMessage):
-    rows: int
-    batches: int
-    max_batch_rows: int
-    max_batch_bytes: int
-
-
-class NoopArrowWriter(DataSourceArrowWriter):
-    """Iterates the Arrow batches and nothing else; commit() writes what arrived to `path`."""
-
-    def __init__(self, report: str) -> None:
-        self.report = report
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> NoopCommitMessage:
-        rows = batches = max_rows = max_bytes = 0
-        for batch in iterator:
-            rows += batch.num_rows
-            batches += 1
-            max_rows = max(max_rows, batch.num_rows)
-            max_bytes = max(max_bytes, batch.nbytes)
-        return NoopCommitMessage(rows, batches, max_rows, max_bytes)
-
-    def commit(self, messages: list[NoopCommitMessage | None]) -> None:
-        found = [m for m in messages if m is not None]
-        with open(self.report, "w") as stream:
-            json.dump(
-                {
-                    "rows": sum(m.rows for m in found),
-                    "batches": sum(m.batches for m in found),
-                    "max_batch_rows": max((m.max_batch_rows for m in found), default=0),
-                    "max_batch_bytes": max((m.max_batch_bytes for m in found), default=0),
-                },
-                stream,
-            )
-
-    def abort(self, messages: list[NoopCommitMessage | None]) -> None:
-        pass
-
-
-class NoopDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "bench_gcs_arrow_noop"
-
-    def writer(self, schema: StructType, overwrite: bool) -> NoopArrowWriter:
-        return NoopArrowWriter(self.options["path"])
-
-
 class KeyCopyWriter(WebDatasetWriter):
     """Diagnostic: the webdataset writer with KeyRun.add keeping a copy of the keys.
 
@@ -407,47 +271,12 @@ class KeyCopyDataSource(WebDatasetDataSource):
 
 def start_spark(args: argparse.Namespace, workdir: str, overrides: dict[str, str] | None = None):
     """A fresh local[2] session (and so fresh Python workers: each run's peak is its own)."""
-    from pyspark.sql import SparkSession
-
-    import spark_webdataset
-
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-gcs-upload")
-        .config("spark.driver.memory", "2g")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.local.dir", workdir)
-    )
-    for key, value in (overrides or {}).items():
-        builder = builder.config(key, value)
-    spark = (
-        builder.getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark_webdataset.register(spark)
-    spark.dataSource.register(NoopDataSource)
-    spark.dataSource.register(KeyCopyDataSource)
-    return spark
-
-
-def confs(spark: Any) -> dict[str, str | None]:
-    found: dict[str, str | None] = {}
-    for key in CONFS:
-        try:
-            found[key] = spark.conf.get(key)
-        except Exception:  # noqa: BLE001
-            found[key] = None
-    return found
+    return local_spark(2, "bench-gcs-upload", workdir, "2g", overrides, [NoopDataSource, KeyCopyDataSource])
 
 
 def memory_frame(spark: Any, rows: int, sample_bytes: int, partitions: int):
     """`__key__` '%06d', `bin` = sha2(id) hex repeated to exactly sample_bytes; made in the JVM."""
-    repeats = -(-sample_bytes // 64)
-    return spark.range(rows, numPartitions=partitions).selectExpr(
-        "format_string('%06d', id) AS __key__",
-        f"CAST(substr(repeat(sha2(CAST(id AS STRING), 256), {repeats}), 1, {sample_bytes}) AS BINARY) AS bin",
-    )
+    return sha_frame(spark, rows, sample_bytes, partitions, "%06d")
 
 
 def read_manifest(uri: str) -> dict[str, Any]:
@@ -474,12 +303,12 @@ def run_memory(args: argparse.Namespace, workdir: str, guard: "MemoryGuard") -> 
     small = str(args.small_batch_bytes)
     # (label, format, target, conf overrides)
     plan: list[tuple[str, str, str, dict[str, str]]] = [
-        ("noop (batches seen)", "bench_gcs_arrow_noop", "noop", {}),
+        ("noop (batches seen)", "bench_arrow_noop", "noop", {}),
         ("gcs", "webdataset", "gcs", {}),
         ("local", "webdataset", "local", {}),
         (f"local maxBytesPerBatch={small}", "webdataset", "local",
          {"spark.sql.execution.arrow.maxBytesPerBatch": small}),
-        (f"noop maxBytesPerBatch={small}", "bench_gcs_arrow_noop", "noop",
+        (f"noop maxBytesPerBatch={small}", "bench_arrow_noop", "noop",
          {"spark.sql.execution.arrow.maxBytesPerBatch": small}),
         ("local maxRecordsPerBatch=8", "webdataset", "local",
          {"spark.sql.execution.arrow.maxRecordsPerBatch": "8"}),
@@ -504,9 +333,9 @@ def run_memory(args: argparse.Namespace, workdir: str, guard: "MemoryGuard") -> 
         spark = start_spark(args, workdir, overrides)
         guard.spark = spark
         if not defaults:
-            defaults = confs(spark)
+            defaults = arrow_confs(spark)
             print(f"   confs in effect: {defaults}", flush=True)
-        in_effect = confs(spark)
+        in_effect = arrow_confs(spark)
         df = memory_frame(spark, rows, args.memory_sample_bytes, args.memory_partitions)
         os.sync()
         load_before = load()
@@ -515,7 +344,7 @@ def run_memory(args: argparse.Namespace, workdir: str, guard: "MemoryGuard") -> 
             with sampler:
                 t0 = time.perf_counter()
                 writer = df.write.format(fmt)
-                if fmt != "bench_gcs_arrow_noop":
+                if fmt != "bench_arrow_noop":
                     writer = writer.option("maxShardBytes", str(args.memory_shard_bytes)).mode("overwrite")
                 else:
                     writer = writer.mode("append")
@@ -539,7 +368,7 @@ def run_memory(args: argparse.Namespace, workdir: str, guard: "MemoryGuard") -> 
             "load_before": load_before,
             "load_after": load(),
         }
-        if fmt == "bench_gcs_arrow_noop":
+        if fmt == "bench_arrow_noop":
             with open(uri) as stream:
                 entry["batches"] = json.load(stream)
             os.remove(uri)

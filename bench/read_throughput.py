@@ -71,13 +71,12 @@ def _plugins_dir(argv: list[str]) -> str:
     return str(REPO / "plugins")
 
 
-PLUGINS = _plugins_dir(sys.argv)
+from common import MB, MIB, busy_seconds, local_spark, random_batch, random_rows, tree_bytes  # noqa: E402
+
+PLUGINS = _plugins_dir(sys.argv)  # ahead of the repository's (common put that one on the path)
 sys.path.insert(0, PLUGINS)
 # Python workers inherit PYTHONPATH from the JVM, which inherits it from us.
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (PLUGINS, os.environ.get("PYTHONPATH", "")) if p)
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
@@ -87,8 +86,6 @@ from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
-MIB = 1024**2
-MB = 1e6
 CASES = {"small": (200_000, 1024), "large": (20_000, 100 * 1024)}
 QUICK_CASES = {"small": (20_000, 1024), "large": (2_000, 100 * 1024)}
 MAX_SHARD_BYTES = "256MiB"
@@ -97,38 +94,6 @@ FULL_AGG = ("count(*) AS n", "sum(length(__key__)) AS key_bytes", "sum(length(bi
 
 
 # -- data ---------------------------------------------------------------------
-
-
-def random_batch(ids: np.ndarray, sample_bytes: int, rng: np.random.Generator) -> pa.RecordBatch:
-    """(__key__ '%08d', bin random bytes, cls id % 10) for `ids`."""
-    count = len(ids)
-    offsets = np.arange(count + 1, dtype=np.int32) * sample_bytes
-    payload = pa.Array.from_buffers(
-        pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(rng.bytes(sample_bytes * count))]
-    )
-    keys = pa.array([f"{i:08d}" for i in ids.tolist()], pa.string())
-    return pa.RecordBatch.from_arrays(
-        [keys, payload, pa.array((ids % 10).astype(np.int32))], names=["__key__", "bin", "cls"]
-    )
-
-
-def _random_rows(sample_bytes: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    rng = np.random.default_rng()
-    rows_per_batch = max(1, (16 * MIB) // sample_bytes)
-    for batch in batches:
-        ids = batch.column(0).to_numpy()
-        for start in range(0, len(ids), rows_per_batch):
-            yield random_batch(ids[start : start + rows_per_batch], sample_bytes, rng)
-
-
-def tree_bytes(directory: str, suffix: str = "") -> tuple[int, int]:
-    total = files = 0
-    for root, _, names in os.walk(directory):
-        for name in names:
-            if name.endswith(suffix):
-                total += os.path.getsize(os.path.join(root, name))
-                files += 1
-    return total, files
 
 
 def shard_urls(version_dir: str) -> list[str]:
@@ -155,7 +120,7 @@ def build_data(args: argparse.Namespace, cases: dict[str, tuple[int, int]]) -> d
         for name, (rows, size) in cases.items():
             started = time.perf_counter()
             df = spark.range(rows, numPartitions=2).mapInArrow(
-                functools.partial(_random_rows, size), "__key__ string, bin binary, cls int"
+                functools.partial(random_rows, size), "__key__ string, bin binary, cls int"
             )
             df = df.cache()
             df.count()
@@ -191,14 +156,6 @@ def build_data(args: argparse.Namespace, cases: dict[str, tuple[int, int]]) -> d
 # -- load ---------------------------------------------------------------------
 
 
-def _busy_seconds() -> float:
-    """CPU seconds the whole machine has spent busy since boot (all cores)."""
-    times = psutil.cpu_times()
-    idle = times.idle + getattr(times, "iowait", 0.0)
-    guest = getattr(times, "guest", 0.0) + getattr(times, "guest_nice", 0.0)
-    return sum(times) - idle - guest
-
-
 class Load:
     """Wall time, CPU of this process and its descendants (JVM, Python workers), CPU of everyone else."""
 
@@ -218,13 +175,13 @@ class Load:
     def __enter__(self) -> "Load":
         self.load1 = os.getloadavg()[0]
         self._ours_start = self._ours()
-        self._busy_start = _busy_seconds()
+        self._busy_start = busy_seconds()
         self._start = time.perf_counter()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self._start
-        busy = _busy_seconds() - self._busy_start
+        busy = busy_seconds() - self._busy_start
         end = self._ours()
         ours = sum(used - self._ours_start.get(pid, 0.0) for pid, used in end.items())
         cores = os.cpu_count() or 1
@@ -294,21 +251,8 @@ class FloorDataSource(DataSource):
 
 
 def start_spark(args: argparse.Namespace, cores: int) -> SparkSession:
-    import spark_webdataset
-
-    spark = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .appName("spark-webdataset-read-bench")
-        .config("spark.driver.memory", args.driver_memory)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.local.dir", os.path.join(args.workdir, "spark-local"))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark_webdataset.register(spark)
-    spark.dataSource.register(FloorDataSource)
-    return spark
+    local_dir = os.path.join(args.workdir, "spark-local")
+    return local_spark(cores, "spark-webdataset-read-bench", local_dir, args.driver_memory, sources=[FloorDataSource])
 
 
 def variants(spark: SparkSession | None, case: dict[str, Any]) -> dict[str, Callable[[], tuple[int, int]]]:

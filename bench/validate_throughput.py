@@ -45,7 +45,6 @@ import argparse
 import cProfile
 import hashlib
 import io
-import json
 import os
 import platform
 import pstats
@@ -57,10 +56,11 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-REPO = Path(__file__).resolve().parents[1]
+from common import MB, REPO, write_results  # noqa: E402
+
 # --plugins DIR measures another copy of the package (e.g. a proposed change) with this script.
 PLUGINS = sys.argv[sys.argv.index("--plugins") + 1] if "--plugins" in sys.argv[:-1] else str(REPO / "plugins")
-sys.path.insert(0, PLUGINS)
+sys.path.insert(0, PLUGINS)  # ahead of the repository's (common put that one on the path)
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
@@ -72,7 +72,6 @@ from spark_webdataset.format.shard_writer import ShardWriter  # noqa: E402
 from spark_webdataset.format.verify import verify_shard  # noqa: E402
 from spark_webdataset.validate import validate_version  # noqa: E402
 
-MB = 10**6
 KIB = 1024
 READ_CHUNK = 1 << 20
 BATCH_ROWS = 4096
@@ -379,10 +378,7 @@ def main() -> None:
     loads = {case: [round(x, 1) for x in data["load_average_1m"]] for case, data in results["cases"].items()}
     print(f"1-minute load average before/after each case: {loads} on {os.cpu_count()} cpus")
     results["table"] = rows
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"wrote {out}")
+    write_results(args.out, results)
 
 
 if __name__ == "__main__":

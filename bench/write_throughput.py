@@ -47,27 +47,27 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "plugins"))
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+from common import (  # sets sys.path and the environment Spark's workers need
+    GIB,
+    MB,
+    MIB,
+    REPO,
+    NoopDataSource,
+    arrow_confs,
+    busy_seconds,
+    local_spark,
+    parse_size,
+    random_batch,
+    random_rows,
+    tree_bytes,
+    wait_for_quiet,
+)
 
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage  # noqa: E402
-from pyspark.sql.types import StructType  # noqa: E402
 
-MIB = 1024**2
-GIB = 1024**3
-MB = 1e6
-ARROW_CONFS = (
-    "spark.sql.execution.arrow.maxRecordsPerBatch",
-    "spark.sql.execution.arrow.maxBytesPerBatch",
-    "spark.python.worker.reuse",
-)
 WRITERS = ("webdataset", "parquet", "workaround", "arrow-noop")
 # ours / baseline, payload throughput: (case, baseline) -> minimum
 TARGETS = {
@@ -79,47 +79,13 @@ TARGETS = {
 MEMORY_TARGET_MIB = 300
 
 
-def parse_size(text: str) -> int:
-    units = {"kib": 1024, "mib": MIB, "gib": GIB, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "b": 1}
-    lowered = text.strip().lower()
-    for suffix, factor in units.items():
-        if lowered.endswith(suffix):
-            return int(float(lowered[: -len(suffix)]) * factor)
-    return int(lowered)
-
-
 # -- data ---------------------------------------------------------------------
-
-
-def random_batch(ids: np.ndarray, sample_bytes: int, rng: np.random.Generator) -> pa.RecordBatch:
-    """(__key__ '%08d', bin random bytes, cls id % 10) for `ids`."""
-    count = len(ids)
-    wide = sample_bytes * count >= 2**31
-    offsets = np.arange(count + 1, dtype=np.int64 if wide else np.int32) * sample_bytes
-    binary_type = pa.large_binary() if wide else pa.binary()
-    payload = pa.Array.from_buffers(
-        binary_type, count, [None, pa.py_buffer(offsets), pa.py_buffer(rng.bytes(sample_bytes * count))]
-    )
-    keys = pa.array([f"{i:08d}" for i in ids.tolist()], pa.string())
-    return pa.RecordBatch.from_arrays(
-        [keys, payload, pa.array((ids % 10).astype(np.int32))], names=["__key__", "bin", "cls"]
-    )
-
-
-def _random_rows(sample_bytes: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: ids -> random rows, in batches of at most 16 MiB."""
-    rng = np.random.default_rng()
-    rows_per_batch = max(1, (16 * MIB) // sample_bytes)
-    for batch in batches:
-        ids = batch.column(0).to_numpy()
-        for start in range(0, len(ids), rows_per_batch):
-            yield random_batch(ids[start : start + rows_per_batch], sample_bytes, rng)
 
 
 def random_frame(spark: SparkSession, rows: int, sample_bytes: int, partitions: int) -> DataFrame:
     """Random, incompressible payloads made by numpy in a mapInArrow (fast; uses Python workers)."""
     return spark.range(rows, numPartitions=partitions).mapInArrow(
-        functools.partial(_random_rows, sample_bytes), "__key__ string, bin binary, cls int"
+        functools.partial(random_rows, sample_bytes), "__key__ string, bin binary, cls int"
     )
 
 
@@ -169,53 +135,6 @@ def _tar_partition(directory: str, rows: Iterator[Any]) -> None:
                 tar.addfile(info, io.BytesIO(data))
 
 
-@dataclass
-class NoopCommitMessage(WriterCommitMessage):
-    rows: int
-    batches: int
-    max_batch_rows: int
-    max_batch_bytes: int
-
-
-class NoopArrowWriter(DataSourceArrowWriter):
-    """Iterates the Arrow batches and nothing else; commit() records what arrived."""
-
-    def __init__(self, report: str) -> None:
-        self.report = report
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> NoopCommitMessage:
-        rows = batches = max_rows = max_bytes = 0
-        for batch in iterator:
-            rows += batch.num_rows
-            batches += 1
-            max_rows = max(max_rows, batch.num_rows)
-            max_bytes = max(max_bytes, batch.nbytes)
-        return NoopCommitMessage(rows, batches, max_rows, max_bytes)
-
-    def commit(self, messages: list[NoopCommitMessage | None]) -> None:
-        found = [m for m in messages if m is not None]
-        summary = {
-            "rows": sum(m.rows for m in found),
-            "batches": sum(m.batches for m in found),
-            "max_batch_rows": max((m.max_batch_rows for m in found), default=0),
-            "max_batch_bytes": max((m.max_batch_bytes for m in found), default=0),
-        }
-        with open(self.report, "w") as stream:
-            json.dump(summary, stream)
-
-    def abort(self, messages: list[NoopCommitMessage | None]) -> None:
-        pass
-
-
-class NoopDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "bench_arrow_noop"
-
-    def writer(self, schema: StructType, overwrite: bool) -> NoopArrowWriter:
-        return NoopArrowWriter(self.options["path"])
-
-
 def write_with(name: str, df: DataFrame, directory: str, max_shard_bytes: int) -> Callable[[], None]:
     if name == "webdataset":
         return lambda: (
@@ -243,37 +162,7 @@ def write_with(name: str, df: DataFrame, directory: str, max_shard_bytes: int) -
     raise ValueError(name)
 
 
-def tree_bytes(directory: str) -> tuple[int, int]:
-    """(bytes, files) of every regular file below `directory`."""
-    total = files = 0
-    for root, _, names in os.walk(directory):
-        for name in names:
-            total += os.path.getsize(os.path.join(root, name))
-            files += 1
-    return total, files
-
-
 # -- Python worker RSS --------------------------------------------------------
-
-
-def _busy_seconds() -> float:
-    """CPU seconds the whole machine has spent busy since boot (all cores)."""
-    times = psutil.cpu_times()
-    idle = times.idle + getattr(times, "iowait", 0.0)
-    guest = getattr(times, "guest", 0.0) + getattr(times, "guest_nice", 0.0)  # already in user/nice
-    return sum(times) - idle - guest
-
-
-def wait_for_quiet(limit_s: float, share: float = 0.15) -> float:
-    """Wait (at most `limit_s`) until other processes use under `share` of the CPUs for 2 s in a row."""
-    started = time.perf_counter()
-    quiet = 0
-    cores = os.cpu_count() or 1
-    while time.perf_counter() - started < limit_s and quiet < 2:
-        before = _busy_seconds()
-        time.sleep(1.0)
-        quiet = quiet + 1 if (_busy_seconds() - before) / cores < share else 0
-    return time.perf_counter() - started
 
 
 class WorkerRss:
@@ -344,7 +233,7 @@ class WorkerRss:
         self.peaks.clear()
         self._cpu_start.clear()
         self._cpu_last.clear()
-        self._busy_start = _busy_seconds()
+        self._busy_start = busy_seconds()
         self._wall_start = time.perf_counter()
         self.sample(start=True)
         self._stop.clear()
@@ -358,7 +247,7 @@ class WorkerRss:
             self._thread.join()
         self.sample()
         ours = sum(used - self._cpu_start.get(pid, 0.0) for pid, used in self._cpu_last.items())
-        busy = _busy_seconds() - self._busy_start
+        busy = busy_seconds() - self._busy_start
         capacity = (time.perf_counter() - self._wall_start) * (os.cpu_count() or 1)
         self.other_cpu_share = max(0.0, busy - ours) / capacity if capacity else 0.0
 
@@ -376,32 +265,14 @@ class WorkerRss:
 
 
 def start_spark(args: argparse.Namespace) -> SparkSession:
-    import spark_webdataset
-
-    spark = (
-        SparkSession.builder.master(f"local[{args.cores}]")
-        .appName("spark-webdataset-bench")
-        .config("spark.driver.memory", args.driver_memory)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(args.partitions))
-        .config("spark.local.dir", args.workdir)
-        .getOrCreate()
+    return local_spark(
+        args.cores,
+        "spark-webdataset-bench",
+        args.workdir,
+        args.driver_memory,
+        confs={"spark.sql.shuffle.partitions": str(args.partitions)},
+        sources=[NoopDataSource],
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark_webdataset.register(spark)
-    spark.dataSource.register(NoopDataSource)
-    return spark
-
-
-def spark_confs(spark: SparkSession) -> dict[str, str | None]:
-    found: dict[str, str | None] = {}
-    for key in ARROW_CONFS:
-        try:
-            found[key] = spark.conf.get(key)
-        except Exception:  # noqa: BLE001 - not a registered conf in this version
-            found[key] = None
-    return found
 
 
 @dataclass
@@ -446,7 +317,7 @@ def run_once(
     shutil.rmtree(directory, ignore_errors=True)
     os.sync()  # earlier runs' dirty pages are not this run's cost
     if args.quiet_wait and wait:
-        wait_for_quiet(args.quiet_wait)
+        wait_for_quiet(args.quiet_wait, share=0.15)
     job = write_with(writer, df, directory, args.max_shard_bytes)
     with sampler:
         t0 = time.perf_counter()
@@ -550,7 +421,7 @@ def run_memory(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(directory, ignore_errors=True)
     os.sync()
     if args.quiet_wait:
-        wait_for_quiet(args.quiet_wait)
+        wait_for_quiet(args.quiet_wait, share=0.15)
     sampler = WorkerRss()
     with sampler:
         t0 = time.perf_counter()
@@ -591,7 +462,7 @@ def run_memory(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
         "noop_peak_worker_rss_mib": noop_sampler.peak() / MIB,
         "target_mib": MEMORY_TARGET_MIB,
         "met": peak < MEMORY_TARGET_MIB,
-        "confs": spark_confs(spark),
+        "confs": arrow_confs(spark),
     }
     print(f"   {elapsed:.1f} s, {len(shards)} shards, peak worker RSS {peak:.0f} MiB", flush=True)
     print(f"   per process: {processes}", flush=True)
@@ -801,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         spark = start_spark(args)
-        results["confs"] = spark_confs(spark)
+        results["confs"] = arrow_confs(spark)
         print(f"work dir {args.workdir}; confs {results['confs']}", flush=True)
         for case in [c for c in args.cases.split(",") if c]:
             rows, sample_bytes = cases[case]
