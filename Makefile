@@ -21,6 +21,7 @@ run: env
 	scripts/run_demo.sh
 
 test: env
+	scripts/ensure_browser.sh  # chromium + chromedriver for the WebDataset view's browser test
 	source scripts/airflow_env.sh && $(PY) -m pytest -ra --cov --cov-report=term $(PYTEST_ARGS)
 
 bench: env  # each prints a table and writes bench/results/<name>.json

@@ -70,11 +70,6 @@ Fields: {% for f in v.fields %}<code>{{ f.name }}</code> ({{ f.type }}){% if not
 {% if v.publish_record %}<p id="published">Published at {{ v.publish_record.published_at }} (logical date {{ v.publish_record.logical_date }}); index <a href="{{ api }}/index">{{ v.index }}</a>.</p>
 <pre>{{ record_json }}</pre>{% else %}<p class="muted">Not published.</p>{% endif %}
 
-<h2>Shards</h2>
-<table id="shards"><tr><th>Shard</th><th class="num">Samples</th><th class="num">Bytes</th><th>crc32c</th><th>Key range</th><th></th></tr>
-{% for s in v.shards %}<tr><td>{{ s.name }}</td><td class="num">{{ s.samples }}</td><td class="num">{{ size(s.bytes) }}</td><td><code>{{ s.crc32c or "" }}</code></td>
-<td><code>{{ s.first_key }}</code> .. <code>{{ s.last_key }}</code></td><td><a href="{{ vbase }}?shard={{ s.name|urlencode }}#preview">preview</a></td></tr>{% endfor %}</table>
-
 <h2 id="preview">Samples{% if shard %} of {{ shard }}{% endif %}</h2>
 <form method="get" action="{{ vbase }}#preview">
  {% if shard %}<input type="hidden" name="shard" value="{{ shard }}">{% endif %}
@@ -92,6 +87,11 @@ Fields: {% for f in v.fields %}<code>{{ f.name }}</code> ({{ f.type }}){% if not
 {% elif f.kind in ("text", "json") %}<code>.{{ f.field }}</code> <span class="value">{{ f.text }}</span>{% if f.truncated %}…{% endif %}
 {% else %}<code>.{{ f.field }}</code> <span class="muted">{{ f.type }}, {{ size(f.bytes) }}</span>{% endif %}</div>{% endfor %}
 </div>{% endfor %}</div>{% endif %}
+
+<h2>Shards</h2>
+<table id="shards"><tr><th>Shard</th><th class="num">Samples</th><th class="num">Bytes</th><th>crc32c</th><th>Key range</th><th></th></tr>
+{% for s in v.shards %}<tr><td>{{ s.name }}</td><td class="num">{{ s.samples }}</td><td class="num">{{ size(s.bytes) }}</td><td><code>{{ s.crc32c or "" }}</code></td>
+<td><code>{{ s.first_key }}</code> .. <code>{{ s.last_key }}</code></td><td><a href="{{ vbase }}?shard={{ s.name|urlencode }}#preview">preview</a></td></tr>{% endfor %}</table>
 {% endblock %}"""
 
 _ERROR = """{% extends "base" %}{% block body %}<h1>{{ title }}</h1><p class="error">{{ message }}</p>{% endblock %}"""
