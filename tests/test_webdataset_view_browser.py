@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -142,6 +143,11 @@ def test_the_view_shows_the_latest_digits_with_their_images_and_labels(airflow_s
     wait = WebDriverWait(browser, 60)
     shots = tmp_path / "screenshots"
     shots.mkdir()
+
+    # the api-server refuses the view's API to a caller without a session
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(airflow_server["base"] + "/webdataset/api/datasets", timeout=30)
+    assert refused.value.code == 401
 
     # the UI sends an anonymous visitor to Airflow's login page
     browser.get(airflow_server["base"] + "/")
