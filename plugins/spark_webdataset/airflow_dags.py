@@ -42,10 +42,12 @@ class SparkJobOperator(SparkSubmitOperator):
     The job exits 2 for input a retry cannot fix (a missing source, a bad
     key, an invalid option); the provider's hook turns every non-zero exit
     into the same AirflowException, so the exit code is read from the
-    spark-submit process it ran. Other failures (exit 1, a lost executor,
-    a killed driver) keep their retries. In cluster deploy mode
-    spark-submit does not return the driver's code: there every failure
-    retries.
+    spark-submit process it ran (the hook's `_submit_sp`, and its last lines
+    for the job's `error:` line: provider internals, pinned in
+    constraints.txt and exercised by tests/test_dag_runs.py). Other
+    failures (exit 1, a lost executor, a killed driver) keep their
+    retries. In cluster deploy mode spark-submit does not return the
+    driver's code: there every failure retries.
     """
 
     def execute(self, context: Any) -> Any:
