@@ -210,3 +210,9 @@ def test_a_gs_root_reads_through_the_same_storage_layer(bucket, tmp_path) -> Non
     assert (row["root"], row["latest"], row["error"]) == (f"{bucket}/digits", "20261201T000000Z", None)
     body = client.get("/api/datasets/remote/versions/LATEST/preview?n=16").json()
     assert body["count"] == 16 and all(s["fields"][0]["kind"] == "image" for s in body["samples"])
+    # a gs:// shard is read with ranged GETs of 256 KiB, not the storage layer's 8 MiB
+    from spark_webdataset.layout import Dataset
+
+    version = Dataset(f"{bucket}/digits").version("20261201T000000Z")
+    with previews._open_shard(version, "shard-000000.tar") as stream:
+        assert stream._chunk_size == previews.FETCH_BYTES

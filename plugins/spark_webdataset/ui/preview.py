@@ -76,6 +76,19 @@ class _Budget:
         self.left -= size
 
 
+FETCH_BYTES = 256 * 1024  # what one ranged GET of a gs:// preview asks for
+
+
+def _open_shard(version: Version, name: str) -> BinaryIO:
+    """The shard through the storage layer. A gs:// reader fetches 8 MiB per ranged GET (the
+    storage layer's size for streaming whole shards); a preview asks for 256 KiB, so what it
+    fetches stays near what it reads."""
+    stream = version.storage.open_read(version.shard_uri(name))
+    if type(stream).__module__.startswith("google.cloud.storage") and hasattr(stream, "_chunk_size"):
+        stream._chunk_size = FETCH_BYTES
+    return stream
+
+
 def _shown(name: str) -> bool:
     parts = split_member_name(name)
     if parts is None:
@@ -155,7 +168,7 @@ def first_samples(version: Version, shards: list[tuple[str, int]], count: int, b
         if len(preview.samples) >= count:
             break
         try:
-            with version.storage.open_read(version.shard_uri(name)) as raw:
+            with _open_shard(version, name) as raw:
                 for sample in _samples(_Budgeted(raw, spent), name):
                     preview.samples.append(_finish(sample, with_data_urls))
                     if len(preview.samples) >= count:
@@ -213,7 +226,7 @@ def random_samples(version: Version, shards: list[tuple[str, int]], count: int, 
         name, size = rng.choices(shards, weights=sizes)[0]
         start = rng.randrange(0, max(size // BLOCK, 1)) * BLOCK
         try:
-            with version.storage.open_read(version.shard_uri(name)) as raw:
+            with _open_shard(version, name) as raw:
                 stream = _Budgeted(raw, spent)
                 stream.seek(start)
                 found = _next_header(stream, start, size)
