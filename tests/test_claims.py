@@ -522,8 +522,9 @@ def test_every_member_carries_the_mtime_option(written) -> None:
 
 def test_gcs_rename_refuses_a_copy_whose_crc32c_differs(bucket, monkeypatch) -> None:
     # The one fake in this file: fake-gcs-server copies faithfully, so the corrupted copy is a documented,
-    # injected fault -- after a real server-side rewrite, the target blob's metadata reload reports another
-    # crc32c. Everything else (upload, rewrite, reload, delete) is real traffic to the emulator.
+    # injected fault -- a real server-side rewrite whose response (the new object's resource, which the
+    # rename checks) reports another crc32c. Everything else (upload, rewrite, reload, delete) is real
+    # traffic to the emulator.
     from google.cloud.storage import Blob
 
     from spark_webdataset.storage import storage_for
@@ -532,14 +533,15 @@ def test_gcs_rename_refuses_a_copy_whose_crc32c_differs(bucket, monkeypatch) -> 
     source = storage.join(bucket, "versions", "v", "_staging", "job", "a.tar")
     target = storage.join(bucket, "versions", "v", "shard-000000.tar")
     storage.write_atomic(source, b"payload " * 1000)
-    real_reload = Blob.reload
+    real_rewrite = Blob.rewrite
 
-    def reload_reporting_another_crc32c(self, *args, **kwargs):
-        real_reload(self, *args, **kwargs)
-        if self.name.endswith("shard-000000.tar"):
+    def rewrite_reporting_another_crc32c(self, *args, **kwargs):
+        answer = real_rewrite(self, *args, **kwargs)
+        if self.name.endswith("shard-000000.tar") and answer[0] is None:
             self._properties["crc32c"] = "AAAAAA=="
+        return answer
 
-    monkeypatch.setattr(Blob, "reload", reload_reporting_another_crc32c)
+    monkeypatch.setattr(Blob, "rewrite", rewrite_reporting_another_crc32c)
     with pytest.raises(StorageError) as caught:
         storage.rename(source, target)
     assert source in str(caught.value) and target in str(caught.value) and "crc32c" in str(caught.value)
