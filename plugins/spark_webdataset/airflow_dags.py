@@ -30,7 +30,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from .build_job import ORDERS
 from .dataset_config import DatasetConfig, DatasetConfigError, InvalidDatasetConfigs, load_folder
-from .pipeline import BAD_INPUT_EXIT_CODE, JOB_SCRIPT, PipelineError
+from .errors import EXIT_BAD_INPUT
+from .pipeline import JOB_SCRIPT, PipelineError
 
 RETRY_DELAY = datetime.timedelta(minutes=1)
 SPARK_JOB_TIMEOUT = datetime.timedelta(hours=6)
@@ -57,12 +58,12 @@ class SparkJobOperator(SparkSubmitOperator):
             raise
         except AirflowException as error:
             process = getattr(self._hook, "_submit_sp", None)
-            if process is None or process.returncode != BAD_INPUT_EXIT_CODE:
+            if process is None or process.returncode != EXIT_BAD_INPUT:
                 raise
             reasons = [line for line in getattr(self._hook, "_last_submit_log_lines", ()) if ": error:" in line]
             reason = reasons[-1] if reasons else "see the job's output above"
             message = (
-                f"the Spark job rejected its input (exit code {BAD_INPUT_EXIT_CODE}), so no retry can help: "
+                f"the Spark job rejected its input (exit code {EXIT_BAD_INPUT}), so no retry can help: "
                 f"{reason}"
             )
             self.log.error("%s", message)

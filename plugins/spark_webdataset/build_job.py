@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from .errors import BadOption, InputError, WebDatasetError, from_spark
+from .errors import EXIT_BAD_INPUT, EXIT_FAILED, BadOption, InputError, WebDatasetError, from_spark
 from .format.manifest import Manifest
 from .format.names import KEY_COLUMN
 from .format.sizes import format_size, parse_size
@@ -272,7 +272,7 @@ def run_job(name: str, job, args: argparse.Namespace) -> tuple[int, dict | None]
         check_version_id(args.version)
     except InputError as error:
         print(f"{name}: error: {error}", file=sys.stderr, flush=True)
-        return 2, None
+        return EXIT_BAD_INPUT, None
     from pyspark.sql import SparkSession
 
     owned = SparkSession.getActiveSession() is None  # a caller's session (a notebook, a test) stays up
@@ -283,7 +283,8 @@ def run_job(name: str, job, args: argparse.Namespace) -> tuple[int, dict | None]
         cause = from_spark(error)
         print(f"{name}: error: {cause or error}", file=sys.stderr, flush=True)
         bad_input = isinstance(cause, InputError) or (cause is None and _names_missing_input(error))
-        return (2 if bad_input or (cause is None and isinstance(error, ValueError)) else 1), None
+        bad_input = bad_input or (cause is None and isinstance(error, ValueError))
+        return (EXIT_BAD_INPUT if bad_input else EXIT_FAILED), None
     finally:
         if owned:
             spark.stop()

@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Sequence
 
+from .errors import EXIT_BAD_INPUT, EXIT_FAILED
+
 
 def _demo_source(args: argparse.Namespace) -> int:
     from .demo import write_digits_source
@@ -65,7 +67,7 @@ def _datasets(args: argparse.Namespace) -> int:
             problems = "".join(f"\n{e}" for e in errors)
             message = f"no usable dataset named {args.name!r}{problems}"
             print(f"spark-webdataset datasets: error: {message}", file=sys.stderr)
-            return 2
+            return EXIT_BAD_INPUT
     described = [
         {"dag_id": c.dag_id, "asset": c.asset_name, "file": str(c.path), **c.model_dump(mode="json")}
         for c in configs
@@ -78,7 +80,7 @@ def _datasets(args: argparse.Namespace) -> int:
             print(f"{c.dag_id}  {c.path}: {source} -> {c.root} (schedule {c.schedule})")
     if errors and not args.name:
         print(f"spark-webdataset datasets: error: {InvalidDatasetConfigs(errors)}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     return 0
 
 
@@ -142,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except WebDatasetError as error:
         print(f"spark-webdataset {args.command}: error: {error}", file=sys.stderr)
-        return 2 if isinstance(error, InputError) else 1
+        return EXIT_BAD_INPUT if isinstance(error, InputError) else EXIT_FAILED
 
 
 if __name__ == "__main__":

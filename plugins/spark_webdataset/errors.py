@@ -14,6 +14,11 @@ from __future__ import annotations
 import re
 
 
+# Exit codes of the jobs and the CLI (argparse's own errors exit 2 too): Airflow retries 1, never 2.
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
 class WebDatasetError(Exception):
     """Base of every error of ours."""
 

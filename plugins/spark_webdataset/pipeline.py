@@ -20,8 +20,6 @@ from .validate import validate_version
 REPO = Path(__file__).resolve().parents[2]
 JOB_SCRIPT = str(REPO / "jobs" / "build_webdataset.py")
 VERSION_FORMAT = "%Y%m%dT%H%M%SZ"
-# What the jobs exit with for bad input (build_job.run_job; argparse too): a retry cannot help.
-BAD_INPUT_EXIT_CODE = 2
 
 
 class PipelineError(WebDatasetError):
