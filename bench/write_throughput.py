@@ -41,7 +41,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -53,6 +52,7 @@ from common import (  # sets sys.path and the environment Spark's workers need
     MIB,
     REPO,
     NoopDataSource,
+    RssSampler,
     arrow_confs,
     busy_seconds,
     local_spark,
@@ -165,87 +165,59 @@ def write_with(name: str, df: DataFrame, directory: str, max_shard_bytes: int) -
 # -- Python worker RSS --------------------------------------------------------
 
 
-class WorkerRss:
-    """Samples the RSS of every pyspark Python process below this driver every `interval` s.
+def pyspark_role(process: psutil.Process) -> str | None:
+    """'worker' for a forked pyspark.daemon child, 'daemon' for the daemon, the module of another
+    pyspark process (a planner/commit worker); None for the rest."""
+    command = " ".join(process.cmdline())
+    parent = process.parent()
+    parent_command = " ".join(parent.cmdline()) if parent else ""
+    if "pyspark.daemon" in command:
+        return "worker" if "pyspark.daemon" in parent_command else "daemon"
+    if "pyspark" in command and "java" not in process.name():
+        return command.split()[-1].rsplit("/", 1)[-1][:60]
+    return None
 
-    It also adds up the CPU time of this driver and all its descendants (JVM, Python workers),
-    so that CPU the rest of the machine used during a run ("other CPU") can be reported.
-    """
+
+class WorkerRss(RssSampler):
+    """The RSS of every pyspark Python process below this driver (common.RssSampler), and the CPU
+    time of this driver and all its descendants (JVM, Python workers), so that the CPU the rest
+    of the machine used during a run ("other CPU") can be reported."""
 
     def __init__(self, interval: float = 0.1) -> None:
-        self.interval = interval
+        super().__init__(pyspark_role, interval)
         self.me = psutil.Process()
-        self.roles: dict[int, str] = {}
-        self.peaks: dict[int, int] = {}
         self._cpu_start: dict[int, float] = {}
         self._cpu_last: dict[int, float] = {}
         self._busy_start = 0.0
         self._wall_start = 0.0
         self.other_cpu_share = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def _role(self, process: psutil.Process) -> str | None:
-        if process.pid in self.roles:
-            return self.roles[process.pid]
-        try:
-            command = " ".join(process.cmdline())
-            parent = process.parent()
-            parent_command = " ".join(parent.cmdline()) if parent else ""
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            return None
-        role: str | None = None
-        if "pyspark.daemon" in command:
-            role = "worker" if "pyspark.daemon" in parent_command else "daemon"
-        elif "pyspark" in command and "java" not in process.name():
-            role = command.split()[-1].rsplit("/", 1)[-1][:60]  # e.g. a planner/commit worker
-        self.roles[process.pid] = role or ""
-        return role
-
-    def _cpu(self, process: psutil.Process, start: bool = False) -> None:
-        times = process.cpu_times()
-        used = times.user + times.system
-        if start:
-            self._cpu_start[process.pid] = used
-        self._cpu_last[process.pid] = used
-
-    def sample(self, start: bool = False) -> None:
+    def _cpu(self, start: bool = False) -> None:
         for process in [self.me, *self.me.children(recursive=True)]:
             try:
-                self._cpu(process, start)
-                if process.pid == self.me.pid:
-                    continue
-                role = self._role(process)
-                if not role:
-                    continue
-                rss = process.memory_info().rss
+                times = process.cpu_times()
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-            if rss > self.peaks.get(process.pid, 0):
-                self.peaks[process.pid] = rss
+            used = times.user + times.system
+            if start:
+                self._cpu_start[process.pid] = used
+            self._cpu_last[process.pid] = used
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self.interval)
+    def sample(self) -> None:
+        self._cpu()
+        super().sample()
 
     def __enter__(self) -> "WorkerRss":
-        self.peaks.clear()
         self._cpu_start.clear()
         self._cpu_last.clear()
         self._busy_start = busy_seconds()
         self._wall_start = time.perf_counter()
-        self.sample(start=True)
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
+        self._cpu(start=True)
+        super().__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join()
-        self.sample()
+        super().__exit__(*exc)
         ours = sum(used - self._cpu_start.get(pid, 0.0) for pid, used in self._cpu_last.items())
         busy = busy_seconds() - self._busy_start
         capacity = (time.perf_counter() - self._wall_start) * (os.cpu_count() or 1)
@@ -253,12 +225,6 @@ class WorkerRss:
 
     def peak(self, role: str = "worker") -> int:
         return max((rss for pid, rss in self.peaks.items() if self.roles.get(pid) == role), default=0)
-
-    def by_process(self) -> list[dict[str, Any]]:
-        return [
-            {"pid": pid, "role": self.roles.get(pid), "peak_rss_mib": round(rss / MIB, 1)}
-            for pid, rss in sorted(self.peaks.items())
-        ]
 
 
 # -- the Spark parts -----------------------------------------------------------
