@@ -154,6 +154,11 @@ def test_random_preview_is_seeded_and_one_shard_can_be_previewed(world) -> None:
         assert sample["label"] == str(world["labels"][int(sample["key"])])
     one = client.get("/api/datasets/digits/versions/LATEST/preview?n=4&shard=shard-000001.tar").json()
     assert {s["shard"] for s in one["samples"]} == {"shard-000001.tar"} and one["count"] == 4
+    page = client.get("/datasets/digits/versions/LATEST?n=8&mode=random&seed=7")
+    assert page.status_code == 200 and "seed 7" in page.text
+    assert all(f'data-key="{key}"' in page.text for key in keys)
+    page = client.get("/datasets/digits/versions/LATEST?n=4&shard=shard-000001.tar")
+    assert page.text.count('src="data:image/png;base64,') == 4 and "Samples of shard-000001.tar" in page.text
 
 
 def test_a_preview_stops_at_its_byte_budget(world) -> None:
