@@ -7,10 +7,11 @@ and by being listed in the version's manifest.
 
 from __future__ import annotations
 
+import datetime
 import re
 
 from ..errors import InputError, NotCommitted, WebDatasetError
-from ..layout import Dataset, Version, check_version_id
+from ..layout import PUBLISHED_DIR, Dataset, Version, check_version_id, iso_utc
 from ..publish import record_order, version_order
 
 _SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,250}\.tar")
@@ -41,13 +42,17 @@ def dataset_summary(root: str) -> dict:
     """Root, LATEST, version count and the last publish time (cheap: no manifest is read)."""
     dataset = Dataset(root)
     published = dataset.published_ids()
-    records = [dataset.read_record(v) or {} for v in published]
+    # when the newest publish record was written: one listing, not one read per record
+    records_dir = dataset.storage.join(dataset.root, PUBLISHED_DIR)
+    newest = dataset.storage.newest_modification(records_dir) if published else None
     return {
         "root": dataset.root,
         "latest": dataset.read_latest(),
         "versions": len(dataset.version_ids()),
         "published": len(published),
-        "last_published_at": max((r.get("published_at") or "" for r in records), default="") or None,
+        "last_published_at": None if newest is None else iso_utc(
+            datetime.datetime.fromtimestamp(newest, datetime.timezone.utc).replace(microsecond=0)
+        ),
     }
 
 
