@@ -148,6 +148,18 @@ def test_the_view_shows_the_latest_digits_with_their_images_and_labels(airflow_s
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(airflow_server["base"] + "/webdataset/api/datasets", timeout=30)
     assert refused.value.code == 401
+    # ... and answers it to a script holding a token from Airflow's POST /auth/token (a forged one: refused)
+    base = airflow_server["base"]
+    login = json.dumps({"username": "admin", "password": airflow_server["password"]}).encode()
+    request = urllib.request.Request(f"{base}/auth/token", login, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        token = json.loads(response.read())["access_token"]
+    api = f"{base}/webdataset/api/datasets/digits/versions/LATEST/preview?n=2"
+    with urllib.request.urlopen(urllib.request.Request(api, headers={"Authorization": f"Bearer {token}"}), timeout=30) as r:
+        assert json.loads(r.read())["count"] == 2
+    with pytest.raises(urllib.error.HTTPError) as forged:
+        urllib.request.urlopen(urllib.request.Request(api, headers={"Authorization": f"Bearer {token}x"}), timeout=30)
+    assert forged.value.code in (401, 403)
 
     # the UI sends an anonymous visitor to Airflow's login page
     browser.get(airflow_server["base"] + "/")

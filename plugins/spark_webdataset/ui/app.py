@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from ..errors import InputError
@@ -23,16 +24,25 @@ from .summary import NotFound
 DEFAULT_PREVIEW = 16
 
 
-def airflow_user_dependency() -> Callable[..., Any]:
-    """Airflow's `get_user` (the api-server's auth manager); without Airflow, a dependency that refuses everyone."""
+_BEARER = HTTPBearer(auto_error=False)
+
+
+async def airflow_user(
+    request: Request, bearer: HTTPAuthorizationCredentials | None = Depends(_BEARER)
+) -> Any:
+    """The logged-in user, by Airflow's own `get_user` (the UI's `_token` cookie or a Bearer token,
+    checked by the api-server's auth manager): 401 without one. Imported per request, so loading the
+    plugin (scheduler, workers) does not import the api-server's security module; fails closed
+    where Airflow's api-server is not installed."""
     try:
         from airflow.api_fastapi.core_api.security import get_user
-    except Exception:  # noqa: BLE001 - fail closed
+    except ImportError:
+        raise HTTPException(status_code=401, detail="Not authenticated (no Airflow auth manager here)") from None
+    return await get_user(request, None, bearer)
 
-        def get_user() -> None:
-            raise HTTPException(status_code=401, detail="Not authenticated (Airflow's auth manager is not available)")
 
-    return get_user
+def airflow_user_dependency() -> Callable[..., Any]:
+    return airflow_user
 
 
 def _login_url(next_url: str) -> str:
