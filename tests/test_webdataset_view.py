@@ -49,6 +49,7 @@ def world(tmp_path_factory) -> dict:
     blocked = base / "a-file"
     blocked.write_text("not a directory")
     write_config(configs, "unreachable", blocked / "dataset")
+    (configs / "broken.yaml").write_text("name: [not, a, name]\n")
     app = create_app(configs)
     app.dependency_overrides[app.state.user_dependency] = lambda: "tester"
     return {"client": TestClient(app), "root": root, "labels": table.column("label").to_pylist(), "configs": configs}
@@ -82,6 +83,7 @@ def test_datasets_lists_each_config_and_an_unreachable_root_is_an_error_on_its_r
     assert (digits["latest"], digits["versions"], digits["published"], digits["error"]) == ("20261201T000000Z", 4, 2, None)
     assert digits["last_published_at"]
     assert "NotADirectoryError" in rows["unreachable"]["error"]
+    assert rows["broken"]["root"] is None and "broken.yaml" in rows["broken"]["error"]
     page = world["client"].get("/")
     assert page.status_code == 200
     assert "20261201T000000Z" in page.text and "NotADirectoryError" in page.text
@@ -221,3 +223,13 @@ def test_a_gs_root_reads_through_the_same_storage_layer(bucket, tmp_path) -> Non
     version = Dataset(f"{bucket}/digits").version("20261201T000000Z")
     with previews._open_shard(version, "shard-000000.tar") as stream:
         assert stream._chunk_size == previews.FETCH_BYTES
+
+
+def test_without_the_config_loader_name_and_root_are_read_from_the_yaml(tmp_path, monkeypatch) -> None:
+    from spark_webdataset.ui import sources
+
+    write_config(tmp_path, "digits", "relative/root")
+    (tmp_path / "broken.yaml").write_text("name: x\n")
+    found = {d.name: d for d in sources._read_minimally(tmp_path)}
+    assert found["digits"].root == str(tmp_path / "relative" / "root") and found["digits"].error is None
+    assert "KeyError" in found["broken"].error
