@@ -41,6 +41,7 @@ pytestmark = [
         reason="chromium and chromedriver are not installed (scripts/ensure_browser.sh: apt-get install chromium chromium-driver)",
     ),
     pytest.mark.timeout(240),
+    pytest.mark.slow,  # ~30-45 s: airflow standalone's cold start
 ]
 
 
