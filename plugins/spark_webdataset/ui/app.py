@@ -64,13 +64,17 @@ def _dataset(name: str, folder: str | Path | None) -> sources.ConfiguredDataset:
 
 
 def _call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Typed errors as HTTP statuses: a bad name 400, a missing version or shard 404."""
+    """Typed errors as HTTP statuses: a bad name 400, a missing version or shard 404, storage failing 502."""
     try:
         return function(*args, **kwargs)
     except NotFound as error:
         raise HTTPException(status_code=404, detail=str(error)) from None
     except InputError as error:
         raise HTTPException(status_code=400, detail=str(error)) from None
+    except HTTPException:
+        raise
+    except Exception as error:  # noqa: BLE001 - an unreachable or unreadable root: a page saying so, not a 500
+        raise HTTPException(status_code=502, detail=f"could not read the dataset: {type(error).__name__}: {error}") from None
 
 
 def _overview(folder: str | Path | None) -> list[dict]:
