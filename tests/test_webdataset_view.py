@@ -227,12 +227,3 @@ def test_a_gs_root_reads_through_the_same_storage_layer(bucket, tmp_path) -> Non
     with previews._open_shard(version, "shard-000000.tar") as stream:
         assert stream._chunk_size == previews.FETCH_BYTES
 
-
-def test_without_the_config_loader_name_and_root_are_read_from_the_yaml(tmp_path, monkeypatch) -> None:
-    from spark_webdataset.ui import sources
-
-    write_config(tmp_path, "digits", "relative/root")
-    (tmp_path / "broken.yaml").write_text("name: x\n")
-    found = {d.name: d for d in sources._read_minimally(tmp_path)}
-    assert found["digits"].root == str(tmp_path / "relative" / "root") and found["digits"].error is None
-    assert "KeyError" in found["broken"].error

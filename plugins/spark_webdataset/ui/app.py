@@ -17,6 +17,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from ..dataset_config import datasets_folder
 from ..errors import InputError
 from . import pages, preview as previews, sources, summary
 from .summary import NotFound
@@ -165,7 +166,7 @@ def create_app(folder: str | Path | None = None, user_dependency: Callable[..., 
 
     @app.get("/", response_class=HTMLResponse)
     def page_datasets(request: Request) -> str:
-        folder_shown = folder or sources.datasets_folder()
+        folder_shown = folder or datasets_folder()
         return pages.render("datasets", base=base(request), datasets=_overview(folder), folder=str(folder_shown))
 
     @app.get("/datasets/{name}", response_class=HTMLResponse)
