@@ -78,7 +78,7 @@ def test_the_manifest_records_crc32c_of_each_file_and_no_sha256_by_default(writt
         data = (version / entry["name"]).read_bytes()
         assert entry["crc32c"] == crc32c_text(data)  # google_crc32c of the file, base64 big-endian
         assert "sha256" not in entry  # not computed while writing
-        assert list(entry) == ["name", "samples", "bytes", "crc32c", "first_key", "last_key"]
+        assert list(entry) == ["name", "samples", "bytes", "crc32c", "first_key", "last_key", "keys_ascending"]
 
 
 def test_validation_reports_sha256_per_shard_and_publish_puts_it_in_the_index(root) -> None:
