@@ -73,15 +73,16 @@ def test_dag_on_the_standalone_cluster(cluster, executor_python, digits_source, 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": cluster}))
     monkeypatch.setenv("PYSPARK_PYTHON", executor_python)
     root = tmp_path / "root"
-    # the dataset's config ships the package to executors (spark.py_files), as a cluster deployment's would
+    # the dataset's config ships the package to executors (spark.py_files), as a cluster deployment's would;
+    # its own name: Airflow refuses one Asset name for two roots (the repo's digits is another)
     write_config(
-        tmp_path / "datasets", "digits", source=digits_source, root=str(root), key="format_string('%05d', id)",
+        tmp_path / "datasets", "digits_cluster", source=digits_source, root=str(root), key="format_string('%05d', id)",
         fields={"png": "image", "cls": "label"}, max_shard_bytes="512KiB",
         spark={"py_files": "${CLUSTER_PY_FILES}", "conf": {"spark.executor.memory": "1g"}},
     )  # fmt: skip
     monkeypatch.setenv("CLUSTER_PY_FILES", py_files)
     monkeypatch.setenv("SPARK_WEBDATASET_DATASETS", str(tmp_path / "datasets"))
-    dag = dataset_dag("digits")
+    dag = dataset_dag("digits_cluster")
     assert dag.get_task("write_shards").py_files == py_files
     run = dag.test(logical_date=datetime.datetime(2026, 11, 9, tzinfo=datetime.timezone.utc))
     assert run.state == "success"
