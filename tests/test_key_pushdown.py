@@ -33,6 +33,7 @@ def test_other_columns_and_other_filters_prune_nothing() -> None:
     assert key_range_test(EqualTo(("cls",), "k5")) is None
     assert key_range_test(EqualTo(KEY, 5)) is None
     assert key_range_test(IsNotNull(KEY)) is None
+    assert key_range_test(In(KEY, ("k5", 5))) is None
 
 
 def write(spark, target: Path, sorted_by_key: bool) -> dict:

@@ -282,8 +282,8 @@ def run_job(name: str, job, args: argparse.Namespace) -> tuple[int, dict | None]
     except Exception as error:  # noqa: BLE001 - Spark wraps our errors; show the cause
         cause = from_spark(error)
         print(f"{name}: error: {cause or error}", file=sys.stderr, flush=True)
-        bad_input = isinstance(cause, InputError) or (cause is None and _names_missing_input(error))
-        bad_input = bad_input or (cause is None and isinstance(error, ValueError))
+        unnamed_bad_input = cause is None and (isinstance(error, ValueError) or _names_missing_input(error))
+        bad_input = isinstance(cause, InputError) or unnamed_bad_input
         return (EXIT_BAD_INPUT if bad_input else EXIT_FAILED), None
     finally:
         if owned:

@@ -159,7 +159,9 @@ def key_range_test(condition: Filter) -> Callable[[str, str], bool] | None:
         return None
     value = getattr(condition, "value", None)
     if isinstance(condition, In):
-        wanted = [v for v in value if isinstance(v, str)]  # a null matches no key
+        if not all(v is None or isinstance(v, str) for v in value):
+            return None
+        wanted = [v for v in value if v is not None]  # a null matches no key
         return lambda first, last: any(first <= v <= last for v in wanted)
     if not isinstance(value, str):
         return None
