@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 
 from ..errors import BadOption, InputError
+from .encode import BINARY_TYPE_IDS
 
 
 def _text(data: bytes) -> str:
@@ -45,7 +46,6 @@ def _naive_timestamp(data: bytes) -> datetime.datetime:
     return datetime.datetime.fromisoformat(data.decode("ascii").strip().rstrip("Z"))
 
 
-_BINARY_TYPE_IDS = frozenset(t.id for t in (pa.binary(), pa.large_binary(), pa.binary_view(), pa.binary(1)))
 
 
 def _base64(value: Any) -> bytes:
@@ -65,7 +65,7 @@ def _from_json(value: Any, arrow_type: pa.DataType) -> Any:
     if value is None:
         return None
     if pa.types.is_map(arrow_type):
-        if arrow_type.key_type.id in _BINARY_TYPE_IDS:
+        if arrow_type.key_type.id in BINARY_TYPE_IDS:
             return [(_base64(k), _from_json(v, arrow_type.item_type)) for k, v in value.items()]
         return [(k, _from_json(v, arrow_type.item_type)) for k, v in value.items()]
     if pa.types.is_struct(arrow_type):
@@ -81,7 +81,7 @@ def _from_json(value: Any, arrow_type: pa.DataType) -> Any:
         return datetime.date.fromisoformat(value)
     if pa.types.is_decimal(arrow_type):
         return decimal.Decimal(str(value))
-    if arrow_type.id in _BINARY_TYPE_IDS:
+    if arrow_type.id in BINARY_TYPE_IDS:
         return _base64(value)
     return value
 

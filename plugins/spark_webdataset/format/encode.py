@@ -79,7 +79,8 @@ def _encode_timestamp(column: pa.Array) -> pa.Array:
     return text.cast(pa.large_string()).cast(pa.large_binary())
 
 
-_BINARY_TYPE_IDS = frozenset(t.id for t in (pa.binary(), pa.large_binary(), pa.binary_view(), pa.binary(1)))
+# Binary inside JSON is base64 text, both ways (decode.py reads it back by the same set).
+BINARY_TYPE_IDS = frozenset(t.id for t in (pa.binary(), pa.large_binary(), pa.binary_view(), pa.binary(1)))
 _JSON_LEAF_TYPES = _TEXT_TYPES + _BINARY_TYPES + _NUMBER_TYPES + (
     pa.types.is_fixed_size_binary,
     pa.types.is_boolean,
@@ -133,7 +134,7 @@ def _plain(value: Any, arrow_type: pa.DataType) -> Any:
     if value is None:
         return None
     if pa.types.is_map(arrow_type):
-        if arrow_type.key_type.id in _BINARY_TYPE_IDS:
+        if arrow_type.key_type.id in BINARY_TYPE_IDS:
             return {base64.b64encode(k).decode("ascii"): _plain(v, arrow_type.item_type) for k, v in value}
         return {str(k): _plain(v, arrow_type.item_type) for k, v in value}
     if pa.types.is_struct(arrow_type):
