@@ -162,7 +162,7 @@ def _rename_all(version: Version, journal: Journal, lock: CommitLock) -> None:
     as renames finish; the first failure stops submitting, lets those in flight end, and is
     raised: the journal stays, and the next committer finishes what is left."""
     renames = journal.renames
-    threads = max(1, min(int(getattr(version.storage, "rename_threads", 1)), len(renames)))
+    threads = max(1, min(version.storage.rename_threads, len(renames)))
     if threads == 1:
         for staged, final in renames:
             _rename_one(version, journal, staged, final)
