@@ -34,6 +34,7 @@ from common import RESULTS, load, machine, print_table, write_results
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 
+from spark_webdataset.format.checksums import crc32c_extend, crc32c_text  # noqa: E402
 from spark_webdataset.format.keys import first_duplicate_in_blocks, merge_blocks  # noqa: E402
 from spark_webdataset.format.shard_writer import ShardInfo  # noqa: E402
 from spark_webdataset.spark import commit as commit_module  # noqa: E402
@@ -45,14 +46,6 @@ SHARD_BYTES = 1024
 KEYS_PER_SHARD = 10
 KEY_SCHEMA = pa.schema([("key", pa.large_string())])
 TARGETS = {"local_ms_per_shard": 1.0, "gcs_ms_per_shard": 5.0, "merge_keys_per_s": 5e6}
-
-
-def crc32c_b64(data: bytes) -> str:
-    import base64
-
-    import google_crc32c
-
-    return base64.b64encode(google_crc32c.value(data).to_bytes(4, "big")).decode()
 
 
 def key_run_bytes(keys: list[str]) -> bytes:
@@ -77,7 +70,7 @@ def stage(uri: str, shards: int, threads: int) -> tuple[WebDatasetWriter, list[W
         storage.write_atomic(storage.join(staging, "000000.tar"), data)
         keys_path = storage.join(staging, KEYS_FILE)
         storage.write_atomic(keys_path, key_run_bytes(keys))
-        info = ShardInfo(0, KEYS_PER_SHARD, len(data), crc32c_b64(data), keys[0], keys[-1])
+        info = ShardInfo(0, KEYS_PER_SHARD, len(data), crc32c_text(crc32c_extend(0, data)), keys[0], keys[-1])
         return WebDatasetCommitMessage(partition, 0, partition, staging, [info], keys_path, True)
 
     with ThreadPoolExecutor(threads) as pool:
