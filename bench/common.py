@@ -52,13 +52,14 @@ ARROW_CONFS = (
 
 
 def parse_size(text: str) -> int:
-    """'3GiB', '512KiB', '10MB', '1024' -> bytes."""
-    units = {"kib": 1024, "mib": MIB, "gib": GIB, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "b": 1}
-    lowered = text.strip().lower()
-    for suffix, factor in units.items():
-        if lowered.endswith(suffix):
-            return int(float(lowered[: -len(suffix)]) * factor)
-    return int(lowered)
+    """'3GiB', '512KiB', '10MB', '1024' -> bytes: the package's own parser (format/sizes.py).
+
+    Imported when called, not with this module: read_throughput.py puts another copy of the
+    package ahead on sys.path after importing common.
+    """
+    from spark_webdataset.format.sizes import parse_size as parse
+
+    return parse(text)
 
 
 def load() -> list[float]:
