@@ -67,6 +67,7 @@ import psutil  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
+from spark_webdataset.layout import Version  # noqa: E402
 from spark_webdataset.spark.datasource import WebDatasetDataSource  # noqa: E402
 from spark_webdataset.spark.writer import WebDatasetWriter  # noqa: E402
 
@@ -279,14 +280,6 @@ def memory_frame(spark: Any, rows: int, sample_bytes: int, partitions: int):
     return sha_frame(spark, rows, sample_bytes, partitions, "%06d")
 
 
-def read_manifest(uri: str) -> dict[str, Any]:
-    from spark_webdataset.storage import storage_for
-
-    storage = storage_for(uri)
-    with storage.open_read(storage.join(uri, "_manifest.json")) as stream:
-        return json.loads(stream.read())
-
-
 def run_memory(args: argparse.Namespace, workdir: str, guard: "MemoryGuard") -> dict[str, Any]:
     from spark_webdataset.storage import storage_for
 
@@ -373,12 +366,11 @@ def run_memory(args: argparse.Namespace, workdir: str, guard: "MemoryGuard") -> 
                 entry["batches"] = json.load(stream)
             os.remove(uri)
         else:
-            shards = read_manifest(uri)["shards"]
-            samples = sum(s["samples"] for s in shards)
+            manifest = Version.at(uri).read_manifest()
+            assert manifest is not None, f"{label}: no manifest at {uri}"
+            samples = sum(s.samples for s in manifest.shards)
             assert samples == rows, f"{label}: {samples} samples written, expected {rows}"
-            entry["shards"] = [
-                {"name": s["name"], "samples": s["samples"], "bytes": s["bytes"]} for s in shards
-            ]
+            entry["shards"] = [{"name": s.name, "samples": s.samples, "bytes": s.bytes} for s in manifest.shards]
             entry["target_mib"] = MEMORY_TARGET_MIB
             entry["met"] = entry["peak_worker_rss_mib"] < MEMORY_TARGET_MIB
             storage_for(uri).delete_tree(uri)
