@@ -13,6 +13,7 @@ import base64
 import io
 import json
 import random
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
@@ -158,6 +159,25 @@ class Preview:
                 "bytes_read": self.bytes_read, "errors": self.errors}
 
 
+@contextmanager
+def _shard_errors(name: str, preview: Preview) -> Iterator[None]:
+    """Around the reading of one shard: a spent budget marks the preview stopped ("budget");
+    a shard that fails to open or parse is an error row of the preview, and the next shard follows."""
+    try:
+        yield
+    except BudgetSpent:
+        preview.stopped = "budget"
+    except (TarFormatError, OSError, ValueError) as error:
+        preview.errors.append({"shard": name, "error": f"{type(error).__name__}: {error}"})
+
+
+def _finished(preview: Preview, count: int, budget: int, spent: _Budget) -> Preview:
+    if preview.stopped != "budget":
+        preview.stopped = "count" if len(preview.samples) >= count else "end"
+    preview.bytes_read = budget - spent.left
+    return preview
+
+
 def first_samples(version: Version, shards: list[tuple[str, int]], count: int, budget: int = DEFAULT_BUDGET,
                   with_data_urls: bool = True) -> Preview:
     """The first `count` samples over `shards` (name, bytes) in order, reading at most `budget` bytes."""
@@ -165,25 +185,14 @@ def first_samples(version: Version, shards: list[tuple[str, int]], count: int, b
     spent = _Budget(budget)
     preview = Preview()
     for name, _size in shards:
-        if len(preview.samples) >= count:
+        if len(preview.samples) >= count or preview.stopped == "budget":
             break
-        try:
-            with _open_shard(version, name) as raw:
-                for sample in _samples(_Budgeted(raw, spent), name):
-                    preview.samples.append(_finish(sample, with_data_urls))
-                    if len(preview.samples) >= count:
-                        break
-        except BudgetSpent:
-            preview.stopped = "budget"
-            break
-        except (TarFormatError, OSError, ValueError) as error:
-            preview.errors.append({"shard": name, "error": f"{type(error).__name__}: {error}"})
-    else:
-        preview.stopped = "count" if len(preview.samples) >= count else "end"
-    if preview.stopped == "end" and len(preview.samples) >= count:
-        preview.stopped = "count"
-    preview.bytes_read = budget - spent.left
-    return preview
+        with _shard_errors(name, preview), _open_shard(version, name) as raw:
+            for sample in _samples(_Budgeted(raw, spent), name):
+                preview.samples.append(_finish(sample, with_data_urls))
+                if len(preview.samples) >= count:
+                    break
+    return _finished(preview, count, budget, spent)
 
 
 def _is_header(block: bytes) -> bool:
@@ -217,38 +226,29 @@ def random_samples(version: Version, shards: list[tuple[str, int]], count: int, 
     count = max(1, min(count, MAX_SAMPLES))
     rng = random.Random(seed)
     spent = _Budget(budget)
-    preview = Preview(stopped="count")
+    preview = Preview()
     seen: set[tuple[str, int]] = set()
     sizes = [max(size, 1) for _, size in shards]
     attempts = 0
-    while len(preview.samples) < count and attempts < count * 4 and shards:
+    while len(preview.samples) < count and attempts < count * 4 and shards and preview.stopped != "budget":
         attempts += 1
         name, size = rng.choices(shards, weights=sizes)[0]
         start = rng.randrange(0, max(size // BLOCK, 1)) * BLOCK
-        try:
-            with _open_shard(version, name) as raw:
-                stream = _Budgeted(raw, spent)
-                stream.seek(start)
-                found = _next_header(stream, start, size)
-                if found is None:
+        with _shard_errors(name, preview), _open_shard(version, name) as raw:
+            stream = _Budgeted(raw, spent)
+            stream.seek(start)
+            found = _next_header(stream, start, size)
+            if found is None:
+                continue
+            stream.seek(start + found)
+            first = True
+            for sample in _samples(stream, name, base=start + found):
+                if first and start + found > 0:  # may have begun mid-sample: take the next one
+                    first = False
                     continue
-                stream.seek(start + found)
-                first = True
-                for sample in _samples(stream, name, base=start + found):
-                    if first and start + found > 0:  # may have begun mid-sample: take the next one
-                        first = False
-                        continue
-                    if (name, sample["offset"]) not in seen:
-                        seen.add((name, sample["offset"]))
-                        preview.samples.append(_finish(sample, with_data_urls))
-                    break
-        except BudgetSpent:
-            preview.stopped = "budget"
-            break
-        except (TarFormatError, OSError, ValueError) as error:
-            preview.errors.append({"shard": name, "error": f"{type(error).__name__}: {error}"})
-    if preview.stopped == "count" and len(preview.samples) < count:
-        preview.stopped = "end"
+                if (name, sample["offset"]) not in seen:
+                    seen.add((name, sample["offset"]))
+                    preview.samples.append(_finish(sample, with_data_urls))
+                break
     preview.samples.sort(key=lambda s: (s["shard"], s["offset"]))
-    preview.bytes_read = budget - spent.left
-    return preview
+    return _finished(preview, count, budget, spent)
