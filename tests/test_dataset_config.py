@@ -43,6 +43,16 @@ def test_the_data_folder_and_py_files_come_from_the_environment() -> None:
     assert config.spark.py_files == "/opt/p.zip"
 
 
+def test_a_blank_optional_value_means_unset(tmp_path) -> None:
+    path = write_config(
+        tmp_path, "blank", **MINIMAL, source_table="  ", schedule="", validation={"spark_master": " "},
+        spark={"py_files": ""},
+    )  # fmt: skip
+    config = load_config(path, environ={})
+    assert (config.source, config.source_table, config.schedule) == ("/raw/{ds}", None, None)
+    assert config.validation.spark_master is None and config.spark.py_files is None
+
+
 def test_datasets_folder_from_the_environment() -> None:
     assert datasets_folder({}) == REPO / "datasets"
     assert datasets_folder({"SPARK_WEBDATASET_DATASETS": "/etc/ds"}) == Path("/etc/ds")

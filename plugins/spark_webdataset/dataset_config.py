@@ -26,11 +26,12 @@ import re
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     NonNegativeInt,
@@ -120,6 +121,10 @@ def _empty_is_none(value: Any) -> Any:
     return None if isinstance(value, str) and not value.strip() else value
 
 
+OptionalText = Annotated[str | None, BeforeValidator(_empty_is_none)]
+"""Optional text where a blank value (`source: ""`, `schedule:   `) means unset."""
+
+
 class SparkSettings(BaseModel):
     """How write_shards submits the job: Spark connection, conf, and the package for executors."""
 
@@ -158,12 +163,7 @@ class ValidationSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     required_fields: list[str] = Field(default_factory=list, description="fields every sample must have")
-    spark_master: str | None = Field(None, description="validate as a Spark job on this master (big versions)")
-
-    @field_validator("spark_master", mode="before")
-    @classmethod
-    def _blank_master_is_none(cls, value: Any) -> Any:
-        return _empty_is_none(value)
+    spark_master: OptionalText = Field(None, description="validate as a Spark job on this master (big versions)")
 
 
 class DatasetConfig(BaseModel):
@@ -172,9 +172,9 @@ class DatasetConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="the dataset's name: DAG webdataset__<name>, Asset webdataset_<name>")
-    source: str | None = Field(None, description="Spark source URI; {ds}, {ds_nodash}, {version} are filled in")
+    source: OptionalText = Field(None, description="Spark source URI; {ds}, {ds_nodash}, {version} are filled in")
     source_format: str = Field("parquet", min_length=1, description="any Spark format")
-    source_table: str | None = Field(None, description="a table in the Spark catalog instead of source")
+    source_table: OptionalText = Field(None, description="a table in the Spark catalog instead of source")
     root: str = Field(min_length=1, description="the dataset root: a local path or gs://bucket/path")
     key: str = Field(min_length=1, description="column or SQL for each sample's key")
     fields: dict[str, str] = Field(
@@ -183,7 +183,7 @@ class DatasetConfig(BaseModel):
     max_shard_bytes: str = Field("3GiB", description="hard cap per shard in tar bytes, e.g. 3GiB")
     max_samples_per_shard: PositiveInt | None = None
     order: str = Field("hash", description="sample order: " + ", ".join(ORDERS))
-    schedule: str | None = Field(None, description="cron expression, preset (@daily), or null: manual runs only")
+    schedule: OptionalText = Field(None, description="cron expression, preset (@daily), or null: manual runs only")
     start_date: datetime.datetime | None = None
     catchup: bool = False
     spark: SparkSettings = Field(default_factory=SparkSettings)
@@ -203,11 +203,6 @@ class DatasetConfig(BaseModel):
                 "starting with a letter or digit"
             )
         return value
-
-    @field_validator("source", "source_table", mode="before")
-    @classmethod
-    def _blank_is_none(cls, value: Any) -> Any:
-        return _empty_is_none(value)
 
     @field_validator("source")
     @classmethod
@@ -254,11 +249,6 @@ class DatasetConfig(BaseModel):
         if value not in ORDERS:
             raise ValueError(f"{value!r} is not an order; use one of {', '.join(ORDERS)}")
         return value
-
-    @field_validator("schedule", mode="before")
-    @classmethod
-    def _schedule_text(cls, value: Any) -> Any:
-        return _empty_is_none(value)
 
     @field_validator("start_date", mode="before")
     @classmethod
