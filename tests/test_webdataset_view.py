@@ -174,6 +174,19 @@ def test_a_preview_stops_at_its_byte_budget(world) -> None:
     assert result.stopped == "budget" and 0 < len(result.samples) < 64 and result.bytes_read <= 20_000
 
 
+def test_a_shard_that_cannot_be_read_is_an_error_row_and_the_next_shard_follows(world) -> None:
+    from spark_webdataset.ui.summary import resolve_version, shard_entries
+
+    version = resolve_version(str(world["root"]), "LATEST")
+    shards = [("shard-999999.tar", 1024)] + shard_entries(version)
+    first = previews.first_samples(version, shards, 4)
+    assert len(first.samples) == 4 and first.stopped == "count"
+    assert [e["shard"] for e in first.errors] == ["shard-999999.tar"]
+    assert first.samples[0]["shard"] == "shard-000000.tar"
+    missing = previews.random_samples(version, [("shard-999999.tar", 1024)], 2, seed=1)
+    assert (missing.samples, missing.stopped) == ([], "end") and missing.errors
+
+
 @pytest.mark.parametrize(
     "url, statuses",
     [

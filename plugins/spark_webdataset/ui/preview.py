@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
-from ..errors import TarFormatError
+from ..errors import StorageError, TarFormatError
 from ..format.names import split_member_name
 from ..format.sample_reader import iter_members
 from ..layout import Version
@@ -167,7 +167,7 @@ def _shard_errors(name: str, preview: Preview) -> Iterator[None]:
         yield
     except BudgetSpent:
         preview.stopped = "budget"
-    except (TarFormatError, OSError, ValueError) as error:
+    except (TarFormatError, StorageError, OSError, ValueError) as error:
         preview.errors.append({"shard": name, "error": f"{type(error).__name__}: {error}"})
 
 
