@@ -4,14 +4,13 @@ leave it (a staged shard and a key run each) and the real commit_job runs on it.
 
 from __future__ import annotations
 
-import base64
 import io
 import threading
 from pathlib import Path
 
-import google_crc32c
 import pyarrow as pa
 import pytest
+from helpers import crc32c_text
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from spark_webdataset.commit_lock import CommitLock
@@ -42,8 +41,7 @@ def staged_write(directory: Path) -> tuple[WebDatasetWriter, list[WebDatasetComm
         with pa.ipc.new_stream(sink, pa.schema([("key", pa.large_string())])) as ipc:
             ipc.write_table(pa.table([pa.array([key], pa.large_string())], names=["key"]))
         storage.write_atomic(storage.join(staging, KEYS_FILE), sink.getvalue())
-        crc = base64.b64encode(google_crc32c.value(data).to_bytes(4, "big")).decode()
-        info = ShardInfo(0, 1, len(data), crc, key, key)
+        info = ShardInfo(0, 1, len(data), crc32c_text(data), key, key)
         messages.append(WebDatasetCommitMessage(partition, 0, partition, staging, [info], storage.join(staging, KEYS_FILE)))
     return writer, messages
 
