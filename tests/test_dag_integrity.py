@@ -45,6 +45,23 @@ def test_every_dag_file_imports(dagbag) -> None:
     assert sorted(dagbag.dag_ids) == sorted([*(f"webdataset__{name}" for name in configs), "consume_webdataset"])
 
 
+def test_parsing_the_dag_folder_imports_no_spark_and_no_remote_storage() -> None:
+    """Parse time reads the YAMLs and builds DAG objects only: Spark and the GCS backend load in the tasks."""
+    probe = (
+        "import json, sys\n"
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        f"bag = DagBag(dag_folder={str(DAGS)!r})\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'wids')\n"
+        "               or m.startswith(('google.cloud', 'spark_webdataset.storage.gcs', 'spark_webdataset.spark')))\n"
+        "print(json.dumps({'errors': list(bag.import_errors), 'dags': sorted(bag.dag_ids), 'heavy': heavy}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["errors"] == [] and "webdataset__digits" in report["dags"], report
+    assert report["heavy"] == [], report
+
+
 @pytest.mark.parametrize("dag_id", ["webdataset__digits", "consume_webdataset"])
 def test_dags_have_tags_retries_and_docs(dagbag, dag_id: str) -> None:
     dag = dagbag.dags[dag_id]
