@@ -99,6 +99,19 @@ def test_a_key_run_sorts_across_batches_and_names_a_repeated_key() -> None:
         run.sorted()
 
 
+def test_a_key_run_that_arrived_ascending_is_kept_as_is_and_an_adjacent_repeat_is_still_named() -> None:
+    run = KeyRun()
+    run.add(pa.array(["a", "b"]))
+    run.add(pa.array(["c"]))
+    assert run.sorted().to_pylist() == ["a", "b", "c"]
+    assert run.arrived_sorted
+    repeated = KeyRun()
+    repeated.add(pa.array(["a", "b", "b", "c"]))  # ascending but not strictly: sorted and checked
+    with pytest.raises(DuplicateKey, match="duplicate sample key 'b'"):
+        repeated.sorted()
+    assert not repeated.arrived_sorted
+
+
 def blocks(*parts: tuple[list[str], list[int]]) -> list[tuple[pa.Array, np.ndarray]]:
     """Merged blocks as `merge_blocks` yields them: keys and the run number of each."""
     return [(pa.array(keys, pa.large_string()), np.array(runs, dtype=np.int64)) for keys, runs in parts]

@@ -38,7 +38,9 @@ class KeyRun:
         keys = pa.concat_arrays(self._chunks)
         self._chunks = [keys]
         self.arrived_sorted = len(keys) < 2 or pc.all(pc.greater(keys[1:], keys[:-1])).as_py()
-        ordered = keys if self.arrived_sorted else keys.take(pc.sort_indices(keys))
+        if self.arrived_sorted:
+            return keys  # strictly ascending: no key repeats
+        ordered = keys.take(pc.sort_indices(keys))
         if len(ordered) > 1:
             same = pc.equal(ordered[1:], ordered[:-1])
             if pc.any(same).as_py():
