@@ -174,6 +174,25 @@ def test_a_preview_stops_at_its_byte_budget(world) -> None:
     assert result.stopped == "budget" and 0 < len(result.samples) < 64 and result.bytes_read <= 20_000
 
 
+def test_a_version_page_reads_the_manifest_and_latest_once(world, monkeypatch) -> None:
+    from spark_webdataset.layout import Dataset, Version
+
+    reads = {"manifest": 0, "latest": 0}
+    manifest, latest = Version.read_manifest_bytes, Dataset.read_latest
+
+    def count(what, real):
+        def counted(self):
+            reads[what] += 1
+            return real(self)
+        return counted
+
+    monkeypatch.setattr(Version, "read_manifest_bytes", count("manifest", manifest))
+    monkeypatch.setattr(Dataset, "read_latest", count("latest", latest))
+    page = world["client"].get("/datasets/digits/versions/LATEST?n=4&shard=shard-000001.tar")
+    assert page.status_code == 200 and page.text.count('src="data:image/png;base64,') == 4
+    assert reads == {"manifest": 1, "latest": 1}
+
+
 def test_a_shard_that_cannot_be_read_is_an_error_row_and_the_next_shard_follows(world) -> None:
     from spark_webdataset.ui.summary import resolve_version, shard_entries
 

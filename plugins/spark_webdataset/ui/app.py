@@ -19,6 +19,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from ..dataset_config import datasets_folder
 from ..errors import InputError
+from ..layout import Dataset, Version
 from . import pages, preview as previews, sources, summary
 from .summary import NotFound
 
@@ -91,9 +92,9 @@ def _overview(folder: str | Path | None) -> list[dict]:
     return rows
 
 
-def _preview(root: str, version_id: str, n: int, mode: str, seed: int, shard: str | None) -> dict:
-    version = summary.resolve_version(root, version_id)
-    shards = summary.shard_entries(version, shard)
+def _preview(version: Version, entries: list[tuple[str, int]], n: int, mode: str, seed: int, shard: str | None) -> dict:
+    """`entries`: the version's (name, bytes) shards from its manifest; `shard` picks one of them."""
+    shards = summary.choose_shards(version.uri, entries, shard)
     if mode == "random":
         result = previews.random_samples(version, shards, n, seed)
     elif mode == "first":
@@ -151,7 +152,12 @@ def create_app(folder: str | Path | None = None, user_dependency: Callable[..., 
         mode: str = "first", seed: int = 0, shard: str | None = None,
     ) -> dict:
         config = _dataset(name, folder)
-        return {"name": name, **_call(_preview, config.root, version, n, mode, seed, shard)}
+
+        def read() -> dict:
+            found = summary.resolve_version(config.root, version)
+            return _preview(found, summary.shard_entries(found), n, mode, seed, shard)
+
+        return {"name": name, **_call(read)}
 
     @app.get("/api/datasets/{name}/versions/{version}/index")
     def api_index(name: str, version: str) -> Response:
@@ -185,7 +191,10 @@ def create_app(folder: str | Path | None = None, user_dependency: Callable[..., 
         preview, preview_error = None, None
         if detail["committed"]:
             try:
-                preview = _call(_preview, config.root, detail["version"], n, mode, seed, shard)
+                # the detail has read the manifest already: its shards are the preview's
+                entries = [(s["name"], s["bytes"]) for s in detail["shards"]]
+                found = Dataset(config.root).version(detail["version"])
+                preview = _call(_preview, found, entries, n, mode, seed, shard)
             except HTTPException as error:
                 if error.status_code == 400:
                     raise

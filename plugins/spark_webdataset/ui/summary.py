@@ -11,6 +11,7 @@ import datetime
 import re
 
 from ..errors import InputError, NotCommitted, WebDatasetError
+from ..format.manifest import Manifest
 from ..layout import PUBLISHED_DIR, Dataset, Version, check_version_id, iso_utc
 from ..publish import record_order, version_order
 
@@ -26,6 +27,14 @@ def check_shard_name(name: object) -> str:
     if not isinstance(name, str) or not _SHARD_NAME.fullmatch(name) or ".." in name:
         raise InputError(f"shard name {name!r} is not a shard file name ([A-Za-z0-9][A-Za-z0-9._-]*.tar, no '..')")
     return name
+
+
+def _manifest(version: Version) -> Manifest | None:
+    """The committed manifest; None for a version that is not committed (never, or mid-commit)."""
+    try:
+        return version.committed_manifest()
+    except NotCommitted:
+        return None
 
 
 def _state(version_id: str, published: bool, latest: str | None, validation: dict | None, committed: bool) -> str:
@@ -60,11 +69,7 @@ def _version_row(dataset: Dataset, version_id: str, record: dict | None, latest:
     version = dataset.version(version_id)
     row: dict = {"version": version_id, "published": record is not None}
     row["logical_date"] = record_order(version_id, record)[0] if record else (version_order(version_id)[0] or None)
-    try:
-        manifest = version.committed_manifest()
-        committed = manifest is not None
-    except NotCommitted:
-        manifest, committed = None, False
+    manifest = _manifest(version)
     row.update(
         shards=None if manifest is None else len(manifest.shards),
         samples=None if manifest is None else manifest.samples,
@@ -75,7 +80,7 @@ def _version_row(dataset: Dataset, version_id: str, record: dict | None, latest:
     row["validated_at"] = None if validation is None else (validation.get("run") or {}).get("checked_at")
     row["validation_errors"] = None if validation is None else validation.get("error_count")
     row["published_at"] = None if record is None else record.get("published_at")
-    row["state"] = _state(version_id, record is not None, latest, validation, committed)
+    row["state"] = _state(version_id, record is not None, latest, validation, manifest is not None)
     return row
 
 
@@ -115,8 +120,12 @@ def versions_page(root: str, page: int = 1, per_page: int = 20) -> dict:
 def resolve_version(root: str, version_id: str) -> Version:
     """The version named by a URL: a valid id (InvalidVersionId otherwise) that exists under the root."""
     dataset = Dataset(root)
+    return _resolve(dataset, version_id, dataset.read_latest() if version_id == "LATEST" else None)
+
+
+def _resolve(dataset: Dataset, version_id: str, latest: str | None) -> Version:
+    """As resolve_version, with LATEST already read (`latest`)."""
     if version_id == "LATEST":
-        latest = dataset.read_latest()
         if latest is None:
             raise NotFound(f"{dataset.root}: no LATEST (nothing published yet)")
         version_id = latest
@@ -128,16 +137,13 @@ def resolve_version(root: str, version_id: str) -> Version:
 
 def version_detail(root: str, version_id: str) -> dict:
     """A version's shards (from its manifest), its validation report and its publish record."""
-    version = resolve_version(root, version_id)
-    dataset = version.dataset
-    assert dataset is not None and version.id is not None
+    dataset = Dataset(root)
+    latest = dataset.read_latest()  # once: it also resolves a version named LATEST
+    version = _resolve(dataset, version_id, latest)
+    assert version.id is not None
     record = dataset.read_record(version.id)
-    latest = dataset.read_latest()
-    try:
-        manifest = version.committed_manifest()
-        committed = manifest is not None
-    except NotCommitted:
-        manifest, committed = None, False
+    manifest = _manifest(version)
+    committed = manifest is not None
     validation = version.read_validation()
     checked = {s.get("name"): s for s in (validation or {}).get("shards", []) if isinstance(s, dict)}
     shards = []
@@ -185,11 +191,15 @@ def shard_entries(version: Version, shard: str | None = None) -> list[tuple[str,
     manifest = version.committed_manifest()
     if manifest is None:
         raise NotFound(f"{version.uri}: no manifest (the version was never committed)")
-    entries = [(s.name, s.bytes) for s in manifest.shards]
+    return choose_shards(version.uri, [(s.name, s.bytes) for s in manifest.shards], shard)
+
+
+def choose_shards(uri: str, entries: list[tuple[str, int]], shard: str | None) -> list[tuple[str, int]]:
+    """All of a version's (name, bytes) entries, or the one named `shard` (checked, and listed)."""
     if shard is None:
         return entries
     check_shard_name(shard)
     chosen = [e for e in entries if e[0] == shard]
     if not chosen:
-        raise NotFound(f"{version.uri}: the manifest lists no shard {shard!r}")
+        raise NotFound(f"{uri}: the manifest lists no shard {shard!r}")
     return chosen
