@@ -20,6 +20,7 @@ from typing import BinaryIO, Iterator
 from ..errors import StorageError, TarFormatError
 from ..format.names import split_member_name
 from ..format.sample_reader import iter_members
+from ..format.ustar import BLOCK
 from ..layout import Version
 
 IMAGE_TYPES = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "webp": "image/webp", "gif": "image/gif"}
@@ -28,7 +29,6 @@ MAX_SAMPLES = 64
 DEFAULT_BUDGET = 4 * 1024 * 1024
 MAX_SHOWN_BYTES = 1024 * 1024  # a single field larger than this is shown as its size only
 TEXT_PREVIEW_CHARS = 2000
-BLOCK = 512
 SEARCH_BYTES = 256 * 1024  # how far a random pick looks for the next tar header
 
 
