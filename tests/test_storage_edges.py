@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import crc32c_text
 
 from spark_webdataset.errors import StorageError, UnsupportedScheme
 from spark_webdataset.storage import LocalStorage, storage_for
@@ -135,3 +136,23 @@ def test_gcs_conditional_writes_into_a_missing_bucket_raise_not_a_precondition(g
     with pytest.raises(exceptions.NotFound) as error:
         storage.create_only("gs://no-such-bucket-here/ds/_published/v1.json", b"{}")
     assert not isinstance(error.value, PreconditionFailed)
+
+
+def test_local_storage_keeps_no_server_crc32c(tmp_path: Path) -> None:
+    storage = LocalStorage()
+    storage.write_atomic(str(tmp_path / "job" / "a.tar"), b"a")
+    assert storage.crc32c_below(str(tmp_path / "job")) is None  # the commit's upload check is skipped
+
+
+def test_gcs_crc32c_below_is_the_servers_by_relative_path_and_delete_tree_takes_only_below(bucket: str) -> None:
+    storage = storage_for(bucket)
+    job = storage.join(bucket, "v1", "_staging", "job-1")
+    files = {"a.tar": b"a" * 1000, "attempt-0/b.tar": b"b", "attempt-0/keys.arrow": b""}
+    for name, data in files.items():
+        storage.write_atomic(storage.join(job, name), data)
+    sibling = storage.join(bucket, "v1", "_staging", "job-10", "c.tar")  # shares the prefix, not below
+    storage.write_atomic(sibling, b"c")
+    assert storage.crc32c_below(job) == {name: crc32c_text(data) for name, data in files.items()}
+    storage.delete_tree(job)  # several deletes at once
+    assert storage.crc32c_below(job) == {}
+    assert storage.exists(sibling)
