@@ -212,6 +212,11 @@ def test_a_config_gives_its_dag_params_asset_and_spark_settings(tmp_path) -> Non
         "output_root": "gs://b/images", "key": "image_id", "fields": ["jpg=bytes", "cls=label"],
         "max_shard_bytes": "3GiB", "max_samples_per_shard": 5000, "order": "key", "version": None,
     }  # fmt: skip
+    described = {name: dag.params.get_param(name).description for name in ("source", "source_format", "key")}
+    assert described == {
+        "source": "Spark source URI; {ds}, {ds_nodash}, {version} are filled in",
+        "source_format": "any Spark format", "key": "column or SQL for each sample's key",
+    }  # fmt: skip
     assert dag.timetable.expression == "0 3 * * *" and dag.catchup is True
     assert dag.start_date == datetime.datetime(2026, 10, 1, tzinfo=datetime.timezone.utc)
     assert dag.tags == {"webdataset", "spark", "images"} and dag.max_active_runs == 1

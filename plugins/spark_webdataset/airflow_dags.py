@@ -86,12 +86,13 @@ def dataset_asset(config: DatasetConfig) -> Asset:
 
 def run_params(config: DatasetConfig) -> dict[str, Param]:
     """The manual-run form: every field starts at the config's value and can be overridden per run."""
+    about = {name: info.description for name, info in DatasetConfig.model_fields.items()}  # the config's own words
     return {
-        "source": Param(config.source, type=["null", "string"], description="Spark source URI; {ds}, {ds_nodash}, {version} are filled in"),
+        "source": Param(config.source, type=["null", "string"], description=about["source"]),
         "source_table": Param(config.source_table, type=["null", "string"], description="a catalog table instead of source (give one of the two)"),
-        "source_format": Param(config.source_format, type="string", description="any Spark format"),
+        "source_format": Param(config.source_format, type="string", description=about["source_format"]),
         "output_root": Param(config.root, type="string", description="dataset root (local path or gs://)"),
-        "key": Param(config.key, type="string", description="column or SQL for each sample's key"),
+        "key": Param(config.key, type="string", description=about["key"]),
         "fields": Param(config.field_args, type="array", items={"type": "string"}, description="EXT=COLUMN_OR_SQL, one per member; empty: every other column"),
         "max_shard_bytes": Param(config.max_shard_bytes, type="string", description="hard cap per shard, e.g. 3GiB"),
         "max_samples_per_shard": Param(config.max_samples_per_shard, type=["null", "integer"], minimum=1),
