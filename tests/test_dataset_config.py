@@ -263,5 +263,8 @@ def test_the_cli_checks_a_folder_of_configs(tmp_path, capsys) -> None:
     assert f"{bad}: field 'order': 'random' is not an order" in captured.err
     assert main(["datasets", "good", "--folder", str(tmp_path), "--json"]) == 0  # the good one, for scripts
     assert json.loads(capsys.readouterr().out)["root"] == "/out/ds"
+    assert main(["datasets", "--folder", str(tmp_path), "--json"]) == 2  # every usable one, and the bad one named
+    captured = capsys.readouterr()
+    assert [c["dag_id"] for c in json.loads(captured.out)] == ["webdataset__good"] and f"{bad}: " in captured.err
     assert main(["datasets", "bad", "--folder", str(tmp_path)]) == 2
     assert "no usable dataset named 'bad'" in capsys.readouterr().err

@@ -68,11 +68,11 @@ def _datasets(args: argparse.Namespace) -> int:
             message = f"no usable dataset named {args.name!r}{problems}"
             print(f"spark-webdataset datasets: error: {message}", file=sys.stderr)
             return EXIT_BAD_INPUT
-    described = [
-        {"dag_id": c.dag_id, "asset": c.asset_name, "file": str(c.path), **c.model_dump(mode="json")}
-        for c in configs
-    ]
     if args.json:
+        described = [
+            {"dag_id": c.dag_id, "asset": c.asset_name, "file": str(c.path), **c.model_dump(mode="json")}
+            for c in configs
+        ]
         print(json.dumps(described[0] if args.name else described, indent=1))
     else:
         for c in configs:
