@@ -137,6 +137,29 @@ def browser():
         driver.quit()
 
 
+def _click_until(browser, xpath: str, arrived, failure: Path, seconds: float = 60) -> None:
+    """Click the link until `arrived(browser)`: the UI's first render can swap the navigation's
+    elements under a click (seen in CI: the click landed, the route never changed)."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            for link in browser.find_elements(By.XPATH, xpath)[:1]:
+                link.click()
+        except WebDriverException:
+            pass  # stale or covered for a moment: look it up again
+        settle = time.monotonic() + 3
+        while time.monotonic() < settle:
+            if arrived(browser):
+                return
+            time.sleep(0.2)
+    browser.save_screenshot(str(failure) + ".png")
+    failure.with_suffix(".html").write_text(browser.page_source)
+    pytest.fail(f"no navigation after clicking {xpath} for {seconds} s (at {browser.current_url}; see {failure}.png/.html)")
+
+
 def test_the_view_shows_the_latest_digits_with_their_images_and_labels(airflow_server, browser, tmp_path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -172,10 +195,10 @@ def test_the_view_shows_the_latest_digits_with_their_images_and_labels(airflow_s
     wait.until(lambda d: "/auth/login" not in d.current_url)
 
     # "WebDataset" in the navigation opens the view (an iframe of /webdataset/ in the UI)
-    entry = wait.until(lambda d: [e for e in d.find_elements(By.XPATH, "//*[normalize-space(text())='WebDataset']")])
+    wait.until(lambda d: d.find_elements(By.XPATH, "//*[normalize-space(text())='WebDataset']"))
     browser.save_screenshot(str(shots / "1-home.png"))
-    entry[0].click()
-    wait.until(lambda d: d.current_url.rstrip("/").endswith("/plugin/webdataset"))
+    _click_until(browser, "//a[.//*[normalize-space(text())='WebDataset'] or normalize-space(text())='WebDataset']",
+                 lambda d: d.current_url.rstrip("/").endswith("/plugin/webdataset"), shots / "1-nav-failed")
     frame = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "iframe[src*='/webdataset']"))[0]
     browser.switch_to.frame(frame)
     latest = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.dataset[data-name=digits] a.latest"))[0]
