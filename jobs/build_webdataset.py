@@ -1,13 +1,12 @@
-"""spark-submit entry point: shard a Spark source into a WebDataset version.
+"""spark-submit entry point in a checkout: runs the packaged one (spark_webdataset/entry/build_webdataset.py).
 
     spark-submit jobs/build_webdataset.py --help
 
-The logic lives in spark_webdataset.build_job (importable, tested).
+An installed package needs no checkout: `python -m spark_webdataset.entry build_webdataset.py`
+prints the packaged script's path, which is what the DAGs submit.
 """
 
-import sys
-
-from spark_webdataset.build_job import main
+import runpy
 
 if __name__ == "__main__":
-    sys.exit(main())
+    runpy.run_module("spark_webdataset.entry.build_webdataset", run_name="__main__", alter_sys=True)

@@ -1,13 +1,12 @@
-"""spark-submit entry point: reshard a WebDataset version (new caps, or a multiple of N shards).
+"""spark-submit entry point in a checkout: runs the packaged one (spark_webdataset/entry/reshard.py).
 
     spark-submit jobs/reshard.py --help
 
-The logic lives in spark_webdataset.reshard_job (importable, tested).
+An installed package needs no checkout: `python -m spark_webdataset.entry reshard.py`
+prints the packaged script's path.
 """
 
-import sys
-
-from spark_webdataset.reshard_job import main
+import runpy
 
 if __name__ == "__main__":
-    sys.exit(main())
+    runpy.run_module("spark_webdataset.entry.reshard", run_name="__main__", alter_sys=True)

@@ -2,7 +2,8 @@
 
 `build_dags()` loads the datasets folder (`dataset_config`) and builds
 `webdataset__<name>` for every usable config: `plan` >> `write_shards`
-(spark-submit of jobs/build_webdataset.py) >> `validate` >> `publish`
+(spark-submit of the packaged `spark_webdataset/entry/build_webdataset.py`)
+>> `validate` >> `publish`
 (outlet: the Asset `webdataset_<name>` of the dataset's root).
 
 Why two DAG files use it (dags/webdataset_datasets.py registers the DAGs,
@@ -31,7 +32,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from .build_job import ORDERS
 from .dataset_config import DatasetConfig, DatasetConfigError, InvalidDatasetConfigs, load_folder
 from .errors import EXIT_BAD_INPUT
-from .pipeline import JOB_SCRIPT, PipelineError
+from .entry import BUILD_WEBDATASET, script
+from .pipeline import PipelineError
 
 RETRY_DELAY = datetime.timedelta(minutes=1)
 SPARK_JOB_TIMEOUT = datetime.timedelta(hours=6)
@@ -169,7 +171,7 @@ def build_dag(config: DatasetConfig, doc_md: str = "") -> DAG:
             task_id="write_shards",
             conn_id=spark.conn_id,
             conf=dict(spark.conf) or None,
-            application=JOB_SCRIPT,
+            application=script(BUILD_WEBDATASET),  # the installed package's, no checkout needed
             application_args="{{ ti.xcom_pull(task_ids='plan')['job_args'] }}",
             py_files=spark.py_files,
             name=config.dag_id,

@@ -1,9 +1,9 @@
 """Dataset configs: one YAML file per dataset, parsed and checked without Airflow.
 
 Each file in the datasets folder (`SPARK_WEBDATASET_DATASETS`, default
-`<repo>/datasets`) describes one dataset: where its rows come from, where
-its versions go, how samples are keyed and cut into shards, when it is
-built. The DAG factory (`airflow_dags`) turns each into one DAG.
+`datasets/` beside Airflow's DAGs folder) describes one dataset: where its
+rows come from, where its versions go, how samples are keyed and cut into
+shards, when it is built. The DAG factory (`airflow_dags`) turns each into one DAG.
 
 Loading a folder never stops at a bad file: each one becomes a
 `DatasetConfigError` naming the file, the field and the rule, so that
@@ -11,7 +11,8 @@ every other dataset still gets its DAG.
 
 Values may hold `${NAME}` or `${NAME:-default}`: replaced from the
 environment when the file is read (`SPARK_WEBDATASET_DATA` defaults to
-`<repo>/data`; any other unset variable without a default is an error).
+`data/` beside Airflow's DAGs folder; any other unset variable without a
+default is an error).
 After that, a local path that is relative (`source`, `root`,
 `spark.py_files`) is relative to the folder holding the config file, so
 it means the same in every Airflow process whatever its working directory.
@@ -48,7 +49,7 @@ from .errors import InputError
 from .format.names import field_error, field_name_error
 from .format.sizes import parse_size
 
-REPO = Path(__file__).resolve().parents[2]
+DAGS_FOLDER_ENV = "AIRFLOW__CORE__DAGS_FOLDER"
 DATASETS_ENV = "SPARK_WEBDATASET_DATASETS"
 DATA_ENV = "SPARK_WEBDATASET_DATA"
 CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -86,15 +87,34 @@ class InvalidDatasetConfigs(InputError):
         )
 
 
+def deployment_folder(environ: Mapping[str, str] = os.environ) -> Path:
+    """The folder holding Airflow's DAGs folder: where `datasets/` and `data/` are unless configured.
+
+    That is the repository in a checkout (`dags/`, `datasets/`, `data/`) and
+    `/opt/airflow` in Airflow's image: a rule about the deployment, not about
+    where the package is, so an installed wheel finds the same folders. The
+    DAGs folder is `AIRFLOW__CORE__DAGS_FOLDER`, else Airflow's own setting
+    (airflow.cfg), else the working directory when Airflow is not installed.
+    """
+    dags = environ.get(DAGS_FOLDER_ENV)
+    if not dags:
+        try:
+            from airflow.configuration import conf
+        except ImportError:  # no Airflow: the CLI's `datasets` check, run from a shell
+            return Path.cwd()
+        dags = conf.get("core", "dags_folder")
+    return Path(dags).expanduser().absolute().parent
+
+
 def default_data_folder(environ: Mapping[str, str] = os.environ) -> str:
-    """Where the demo's data lives: `SPARK_WEBDATASET_DATA`, else `<repo>/data`."""
-    return environ.get(DATA_ENV) or str(REPO / "data")
+    """Where the demo's data lives: `SPARK_WEBDATASET_DATA`, else `data/` in the deployment folder."""
+    return environ.get(DATA_ENV) or str(deployment_folder(environ) / "data")
 
 
 def datasets_folder(environ: Mapping[str, str] = os.environ) -> Path:
-    """The folder of configs: `SPARK_WEBDATASET_DATASETS` (relative to the repo), else `<repo>/datasets`."""
-    configured = environ.get(DATASETS_ENV)
-    return REPO / configured if configured else REPO / "datasets"
+    """The folder of configs: `SPARK_WEBDATASET_DATASETS` (relative: to the deployment folder), else `datasets/`."""
+    configured = Path(environ.get(DATASETS_ENV) or "datasets")
+    return configured if configured.is_absolute() else deployment_folder(environ) / configured
 
 
 def _is_local_relative(path: str) -> bool:

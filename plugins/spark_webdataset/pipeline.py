@@ -8,7 +8,6 @@ override any of it.
 from __future__ import annotations
 
 import datetime
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .errors import InputError, VersionError, WebDatasetError
@@ -17,8 +16,6 @@ from .layout import Dataset, check_version_id, iso_utc
 from .publish import publish
 from .validate import validate_version
 
-REPO = Path(__file__).resolve().parents[2]
-JOB_SCRIPT = str(REPO / "jobs" / "build_webdataset.py")
 VERSION_FORMAT = "%Y%m%dT%H%M%SZ"
 
 
