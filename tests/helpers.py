@@ -24,8 +24,11 @@ def shard_paths(directory: str | Path) -> list[Path]:
     return sorted(Path(directory).glob("shard-*.tar"))
 
 
-def assert_version_consistent(directory: str | Path, max_shard_bytes: int | None = None) -> dict:
-    """Manifest and files agree; names contiguous; caps held; nothing staged is left."""
+def assert_version_consistent(
+    directory: str | Path, max_shard_bytes: int | None = None, live_stream: bool = False
+) -> dict:
+    """Manifest and files agree; names contiguous; caps held; nothing staged is left (but the
+    lease of a stream's query, `live_stream`: it stays until a later writer finds its driver gone)."""
     document = manifest(directory)
     paths = shard_paths(directory)
     assert [p.name for p in paths] == [f"shard-{i:06d}.tar" for i in range(len(paths))]
@@ -39,5 +42,9 @@ def assert_version_consistent(directory: str | Path, max_shard_bytes: int | None
         if max_shard_bytes is not None and entry["samples"] > 1:
             assert len(data) <= max_shard_bytes, f"{path.name} is {len(data)} bytes"
     assert document["samples"] == sum(s["samples"] for s in document["shards"])
-    assert not os.path.exists(os.path.join(directory, "_staging"))
+    staging = Path(directory) / "_staging"
+    if live_stream:
+        assert {p.name for p in staging.rglob("*") if p.is_file()} <= {"_lease.json"}
+    else:
+        assert not staging.exists()
     return document

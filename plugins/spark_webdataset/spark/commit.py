@@ -206,7 +206,27 @@ def _test_fault(writer: "WebDatasetWriter") -> Callable[[], None]:
     return fault
 
 
-def commit_job(writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessage"]) -> Manifest:
+@dataclass(frozen=True)
+class StreamBatch:
+    """One micro-batch of a streaming query: the manifest records, per checkpoint, the last
+    batch committed, so a batch that Spark replays after a restart commits nothing twice."""
+
+    checkpoint: str
+    batch_id: int
+
+    def committed_in(self, manifest: Manifest) -> bool:
+        last = manifest.run.get(STREAMS_KEY, {}).get(self.checkpoint)
+        return last is not None and int(last) >= self.batch_id
+
+
+STREAMS_KEY = "streams"  # manifest run section: {checkpoint location: last committed batch id}
+
+
+def commit_job(
+    writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessage"], stream: StreamBatch | None = None
+) -> Manifest | None:
+    """Make the tasks' staged shards final, or raise with nothing of them visible; the version's
+    manifest after the commit (None: a stream's empty first batch left no manifest)."""
     version = Version.at(writer.options.path)
     messages = sorted(messages, key=lambda m: m.partition)
     decided = False
@@ -219,6 +239,15 @@ def commit_job(writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessa
             if writer.options.test_commit_delay:
                 time.sleep(writer.options.test_commit_delay)  # test-only: make two commits overlap
             existing = None if writer.overwrite or manifest_bytes is None else Manifest.from_json(manifest_bytes)
+            if stream is not None and existing is not None and stream.committed_in(existing):
+                log.warning(
+                    "webdataset: batch %d of the stream checkpointed at %s is in %s already "
+                    "(replayed after a restart): its output is dropped",
+                    stream.batch_id, stream.checkpoint, version.uri,
+                )
+                return existing
+            if stream is not None and not any(message.shards for message in messages):
+                return existing  # an empty micro-batch: nothing to name, nothing to record
             if existing is not None and [f["name"] for f in existing.fields] != [f["name"] for f in writer.fields]:
                 raise FieldMismatch(
                     f"append to {version.uri}: the DataFrame's fields {[f['name'] for f in writer.fields]} differ "
@@ -226,7 +255,7 @@ def commit_job(writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessa
                 )
             key_run = _merge_keys(version, writer, messages, existing)
             lock.renew()
-            journal = _plan(version, writer, messages, existing, key_run)
+            journal = _plan(version, writer, messages, existing, key_run, stream)
             _check_uploads(version, writer, journal)
             version.storage.write_atomic(version.journal_uri, journal.to_json())
             decided = True
@@ -235,6 +264,7 @@ def commit_job(writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessa
     finally:
         # A decided commit that failed half-way keeps its staged files: the next job finishes it.
         if not decided:
+            _remove_foreign_staging(writer, messages)
             writer.remove_own_staging()
     manifest = Manifest.from_json(journal.manifest)
     log.info(
@@ -245,6 +275,17 @@ def commit_job(writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessa
         version.uri,
     )
     return manifest
+
+
+def _remove_foreign_staging(writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessage"]) -> None:
+    """A stream's tasks stage under the job of the writer Spark pickled for them, not under the
+    committing writer's: each message's directory goes by name (what is left after the renames,
+    or all of a batch that was dropped or refused)."""
+    storage = Version.at(writer.options.path).storage
+    own = writer.staging_root.rstrip("/") + "/"
+    for message in messages:
+        if not message.staging.startswith(own):
+            storage.delete_tree(message.staging)
 
 
 def _merge_keys(
@@ -317,6 +358,7 @@ def _plan(
     messages: list["WebDatasetCommitMessage"],
     existing: Manifest | None,
     staged_keys: str,
+    stream: StreamBatch | None = None,
 ) -> Journal:
     kept = list(existing.shards) if existing else []
     renames: list[tuple[str, str]] = []
@@ -340,6 +382,9 @@ def _plan(
     key_run = f"{KEYS_DIR}/{staged_keys.rsplit('/', 1)[-1][len('keys-'):]}"
     renames.append((_relative(version, staged_keys), key_run))
     previous_run = dict(existing.run) if existing else {}
+    streams = dict(previous_run.get(STREAMS_KEY, {}))
+    if stream is not None:
+        streams[stream.checkpoint] = stream.batch_id
     manifest = Manifest(
         shards=kept + entries,
         fields=writer.fields,
@@ -353,6 +398,7 @@ def _plan(
             "committed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "oversize_samples": list(previous_run.get("oversize_samples", []))
             + [shard.first_key for message in messages for shard in message.shards if shard.oversize],
+            **({STREAMS_KEY: streams} if streams else {}),
         },
     )
     return Journal(writer.job_id, writer.overwrite, renames, manifest.to_json())

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import StructType
 
 from .options import WriteOptions
 
 
 class WebDatasetDataSource(DataSource):
-    """`df.write.format("webdataset").save(uri)` and `spark.read.format("webdataset").load(uri)`.
+    """`df.write.format("webdataset").save(uri)`, `spark.read.format("webdataset").load(uri)` and
+    `df.writeStream.format("webdataset").option("checkpointLocation", c).start(uri)`.
 
     See DESIGN.md, "The writer" and "The reader".
     """
@@ -34,3 +35,8 @@ class WebDatasetDataSource(DataSource):
         from .writer import WebDatasetWriter
 
         return WebDatasetWriter(WriteOptions.parse(self.options), schema, overwrite, self.application_id)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .stream_writer import WebDatasetStreamWriter
+
+        return WebDatasetStreamWriter(self.options, schema, overwrite, self.application_id)

@@ -133,3 +133,36 @@ class WriteOptions:
             "allowPax": self.allow_pax,
             "checksum": self.checksum,
         }
+
+
+CHECKPOINT_OPTION = "checkpointlocation"
+# Test-only: sleep this many seconds after a micro-batch's commit, before Spark records it in
+# the checkpoint, so a test can kill the driver exactly there.
+TEST_AFTER_COMMIT_PAUSE_OPTION = "_testaftercommitpause"
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """A streaming write's options: the batch writer's, plus the query's checkpoint, which
+    names the stream in the manifest (its last committed batch id)."""
+
+    write: WriteOptions
+    checkpoint: str
+    test_after_commit_pause: float = 0.0
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "StreamOptions":
+        lowered = {str(k).lower(): v for k, v in options.items()}
+        checkpoint = str(lowered.pop(CHECKPOINT_OPTION, "") or "").rstrip("/")
+        if not checkpoint:
+            raise BadOption(
+                "a webdataset stream needs option checkpointLocation: the checkpoint names the stream, "
+                "and the manifest records its last committed batch so a replayed batch commits nothing twice "
+                "(df.writeStream.format('webdataset').option('checkpointLocation', uri).start(path))"
+            )
+        pause = lowered.pop(TEST_AFTER_COMMIT_PAUSE_OPTION, 0)
+        return cls(
+            write=WriteOptions.parse(lowered),
+            checkpoint=checkpoint,
+            test_after_commit_pause=parse_seconds("_testAfterCommitPause", pause),
+        )
