@@ -136,6 +136,17 @@ def test_complete_mode_and_a_missing_checkpoint_are_refused_with_the_reason(spar
     assert "webdataset streams append" in str(from_spark(complete.value))
     assert not (tmp_path / "out" / "_manifest.json").exists()
 
+    # the session-wide checkpoint root does not reach the sink: it needs the query's own option
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "checkpoints"))
+    try:
+        with pytest.raises(Exception) as missing:
+            (spark.readStream.schema(SCHEMA).json(str(source)).writeStream.format("webdataset")
+             .trigger(availableNow=True).start(str(tmp_path / "out")).awaitTermination())
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+    assert isinstance(from_spark(missing.value), BadOption), missing.value
+    assert "needs option checkpointLocation" in str(from_spark(missing.value))
+
 
 def _start_driver(source: Path, version: Path, checkpoint: Path, log: Path, **options: str) -> subprocess.Popen:
     driver = Path(__file__).with_name("streaming_driver.py")
