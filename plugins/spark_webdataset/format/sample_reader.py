@@ -69,10 +69,13 @@ def _pax_records(data: bytes, offset: int) -> dict[str, str]:
 
 
 def iter_members(
-    stream: BinaryIO, read_data: bool | Callable[[str], bool] = True
+    stream: BinaryIO, read_data: bool | Callable[[str], bool] = True, offset: int = 0
 ) -> Iterator[TarMember]:
-    """Yield the members of a tar stream; raises TarFormatError with the offset on damage."""
-    offset = 0
+    """Yield the members of a tar stream; raises TarFormatError with the offset on damage.
+
+    `offset`: where in the tar the stream starts (at a header), for the
+    offsets reported (the fast path hands over mid-shard).
+    """
     long_name: str | None = None
     member_offset: int | None = None
     end: int | None = None
@@ -162,21 +165,26 @@ def _skip(stream: BinaryIO, count: int, end: int | None) -> int:
     return skipped
 
 
-def iter_samples(stream: BinaryIO, fields: set[str] | None = None) -> Iterator[Sample]:
+def iter_samples(
+    stream: BinaryIO, fields: set[str] | None = None, offset: int = 0, finished: set[str] | None = None
+) -> Iterator[Sample]:
     """Group members into samples by WebDataset's rule; strict about its shape.
 
     `fields`, if given, limits which payloads are read (others are None).
+    `offset` and `finished` resume a read at a sample start: the tar offset
+    the stream starts at, and the keys of the samples before it.
     Raises TarFormatError on non-regular members, names not of the
     `<key>.<field>` shape, a field twice in a sample, and a key that comes
     back after another key (members of a sample not adjacent).
     """
     current: Sample | None = None
-    finished: set[str] = set()
+    finished = set() if finished is None else finished
+
     def wanted(name: str) -> bool:
         parts = split_member_name(name)
         return fields is None or (parts is not None and parts[1] in fields)
 
-    for member in iter_members(stream, read_data=wanted):
+    for member in iter_members(stream, read_data=wanted, offset=offset):
         if not member.is_regular:
             raise TarFormatError(
                 f"member {member.name!r} is not a regular file (type {member.typeflag!r})", member.offset

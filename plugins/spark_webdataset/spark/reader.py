@@ -39,8 +39,6 @@ from .options import parse_bool
 
 log = logging.getLogger(__name__)
 URL_COLUMN = "__url__"
-BATCH_ROWS = 1024
-BATCH_BYTES = 32 * 1024 * 1024
 INFER_SAMPLES = 1000
 
 
@@ -235,44 +233,36 @@ class WebDatasetReader(DataSourceReader):
             self._record_bad_shard(partition, error)
 
     def _batches(self, url: str, expected: ShardEntry | None) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
+        """A record batch per chunk of the shard (format/fast_scan.py): binary columns go to Spark as parsed."""
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
         from ..format.decode import decode_column
-        from ..format.sample_reader import iter_samples
+        from ..format.fast_scan import read_sample_batches
 
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
-        wanted = set(self.fields)
         storage = storage_for(url)
-        keys: list[str] = []
-        columns: dict[str, list] = {name: [] for name in self.fields}
-        size = 0
-
-        def flush() -> pa.RecordBatch:
-            arrays = []
-            for field in arrow_schema:
-                if field.name == KEY_COLUMN:
-                    arrays.append(pa.array(keys, field.type))
-                elif field.name == URL_COLUMN:
-                    arrays.append(pa.array([url] * len(keys), field.type))
-                else:
-                    arrays.append(decode_column(columns[field.name], field.type, field.name, keys))
-            return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
-
         count, first_key, last_key = 0, None, None
         with storage.open_read(url) as stream:
-            for sample in iter_samples(stream, fields=wanted):
-                count += 1
-                first_key = sample.key if first_key is None else first_key
-                last_key = sample.key
-                keys.append(sample.key)
-                for name in self.fields:
-                    value = sample.fields.get(name)
-                    columns[name].append(value)
-                    size += len(value) if value else 0
-                if len(keys) >= BATCH_ROWS or size >= BATCH_BYTES:
-                    yield flush()
-                    keys, columns, size = [], {name: [] for name in self.fields}, 0
+            for batch in read_sample_batches(stream, self.fields):
+                rows = len(batch.keys)
+                count += rows
+                first_key = batch.keys[0].as_py() if first_key is None else first_key
+                last_key = batch.keys[rows - 1].as_py()
+                keys: list[str] | None = None  # as Python strings, only to name a value that does not decode
+                arrays = []
+                for field in arrow_schema:
+                    if field.name == KEY_COLUMN:
+                        arrays.append(batch.keys.cast(field.type))
+                    elif field.name == URL_COLUMN:
+                        arrays.append(pa.repeat(pa.scalar(url, field.type), rows))
+                    elif field.type == pa.binary():
+                        arrays.append(batch.columns[field.name])
+                    else:
+                        keys = batch.keys.to_pylist() if keys is None else keys
+                        values = batch.columns[field.name].to_pylist()
+                        arrays.append(decode_column(values, field.type, field.name, keys))
+                yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
         if expected is not None and (count, first_key, last_key) != (
             expected.samples,
             expected.first_key,
@@ -283,8 +273,6 @@ class WebDatasetReader(DataSourceReader):
                 f"when the query started lists {expected.samples} ({expected.first_key!r}..{expected.last_key!r}): "
                 "the version was overwritten while it was read; read it again"
             )
-        if keys:
-            yield flush()
 
     def _record_bad_shard(self, partition: ShardPartition, error: Exception) -> None:
         import json
@@ -299,10 +287,10 @@ class WebDatasetReader(DataSourceReader):
 
 
 def _check_structure(url: str) -> None:
-    """One pass over the headers (payloads skipped): a shard we would skip fails here, before any row."""
-    from ..format.sample_reader import iter_samples
+    """One pass over the headers (no payload copied): a shard we would skip fails here, before any row."""
+    from ..format.fast_scan import read_sample_batches
 
     storage = storage_for(url)
     with storage.open_read(url) as stream:
-        for _ in iter_samples(stream, fields=set()):
+        for _ in read_sample_batches(stream, []):
             pass
