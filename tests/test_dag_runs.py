@@ -1,5 +1,6 @@
 """Real runs of the dataset DAGs (dag.test(), real spark-submit on local Spark): webdataset__digits from
-datasets/digits.yaml, and DAGs of configs the tests write."""
+datasets/digits.yaml, and DAGs of configs the tests write. The run that checks Params, key order, wids
+and the Asset event is in test_installed_wheel.py, on the installed wheel."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from dataset_dags import dagbag_of, dataset_dag, write_config
@@ -41,23 +41,6 @@ def run(dag, run_conf: dict, logical_date: datetime.datetime | None, run_after: 
 
 def day(n: int) -> datetime.datetime:
     return datetime.datetime(2026, 11, n, tzinfo=datetime.timezone.utc)
-
-
-def asset_events(dag_run) -> list[dict]:
-    """The AssetEvent rows the run wrote to Airflow's metadata database: what downstream DAGs receive."""
-    from sqlalchemy import select
-
-    from airflow.models.asset import AssetEvent
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        query = select(AssetEvent).where(
-            AssetEvent.source_dag_id == dag_run.dag_id, AssetEvent.source_run_id == dag_run.run_id
-        )
-        return [
-            {"asset": event.asset.name, "task": event.source_task_id, "extra": dict(event.extra or {})}
-            for event in session.scalars(query)
-        ]
 
 
 def published_events(dag_id: str) -> list:
@@ -92,67 +75,6 @@ def test_plan_task_takes_the_version_from_the_logical_date_else_run_after(build_
 
     with pytest.raises(AirflowFailException, match="param 'version'"):
         plan(params={**params, "version": "../x"}, dag_run=SimpleNamespace(logical_date=logical, run_after=after))
-
-
-def test_dag_run_publishes_a_version_wids_can_read(build_dag, digits_source, tmp_path) -> None:
-    import wids
-
-    from spark_webdataset.consumer import read_published
-
-    root = tmp_path / "root"
-    logical = datetime.datetime(2026, 11, 14, 6, 30, tzinfo=datetime.timezone.utc)
-    params = conf(
-        digits_source, root, max_shard_bytes="256KiB", max_samples_per_shard=40, order="key",
-        key="format_string('d%05d', id)", fields=["png=image", "cls=label"],
-    )  # fmt: skip
-    # run_after later than the logical date: the version must still come from the logical date
-    dag_run = run(build_dag, params, logical, run_after=day(28))
-    assert dag_run.state == "success"
-    version = "20261114T063000Z"
-    assert read_latest(str(root)) == version
-    directory = root / "versions" / version
-    document = json.loads((directory / "_manifest.json").read_text())
-    # the Params reached the writer: recorded in the manifest, and held by every shard
-    assert document["options"]["maxShardBytes"] == 256 * 1024
-    assert document["options"]["maxSamplesPerShard"] == 40
-    assert [field["name"] for field in document["fields"]] == ["png", "cls"]
-    shards = document["shards"]
-    # 256KiB alone would allow 85 samples of 3 KiB a shard: 40 is what holds them
-    assert all(s["samples"] <= 40 and s["bytes"] <= 256 * 1024 for s in shards), shards
-    for shard in shards:
-        assert (directory / shard["name"]).stat().st_size == shard["bytes"]
-    # order=key: key ranges ascend shard by shard; key: the SQL given
-    ranges = [(s["first_key"], s["last_key"]) for s in shards]
-    assert all(first <= last for first, last in ranges)
-    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:])), ranges
-    assert ranges[0][0] == "d00000" and ranges[-1][1] == "d01796"
-
-    index = directory / "shardindex.json"
-    dataset = wids.ShardListDataset(str(index), transformations=[], cache_dir=str(tmp_path / "cache"))
-    source_rows = sum(pq.read_metadata(p).num_rows for p in Path(digits_source).glob("*.parquet"))
-    assert len(dataset) == source_rows == 1797
-    sample = dataset[len(dataset) - 1]
-    assert sample["__key__"] == "d01796" and sample[".png"].read().startswith(b"\x89PNG")
-
-    # what the publish task told Airflow: the Asset event rows of this run, as downstream DAGs get them
-    events = asset_events(dag_run)
-    assert events == [
-        {
-            "asset": "webdataset_digits",
-            "task": "publish",
-            "extra": {
-                "version": version,
-                "root": str(root),
-                "uri": str(directory),
-                "index": str(index),
-                "samples": 1797,
-                "shards": len(shards),
-                "bytes": sum(s["bytes"] for s in shards),
-            },
-        }
-    ]
-    # what the example consumer DAG does with that event
-    assert read_published(events[0]["extra"]) == {"version": version, "samples": 1797}
 
 
 def test_a_config_file_gives_a_dag_that_backfills_two_dates_out_of_order_and_reruns_one(

@@ -1,13 +1,17 @@
-"""Print an entry script's path, for spark-submit by hand on an installed package.
+"""Entry points of the installed package for a shell: no checkout needed.
 
     spark-submit "$(python -m spark_webdataset.entry build_webdataset.py)" --source ... --output ...
+    python -m spark_webdataset.entry --pyfiles dist/spark_webdataset.zip   # for spark.py_files
 """
 
-import sys
+import argparse
 
-from spark_webdataset.entry import BUILD_WEBDATASET, RESHARD, script
+from spark_webdataset.entry import BUILD_WEBDATASET, RESHARD, script, write_pyfiles
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in (BUILD_WEBDATASET, RESHARD):
-        sys.exit(f"usage: python -m spark_webdataset.entry {{{BUILD_WEBDATASET},{RESHARD}}}")
-    print(script(sys.argv[1]))
+    parser = argparse.ArgumentParser(prog="python -m spark_webdataset.entry", description=__doc__.split("\n")[0])
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("script", nargs="?", choices=(BUILD_WEBDATASET, RESHARD), help="print this script's path")
+    which.add_argument("--pyfiles", metavar="ZIP", help="write the package as a zip for executors; print its path")
+    arguments = parser.parse_args()
+    print(write_pyfiles(arguments.pyfiles) if arguments.pyfiles else script(arguments.script))
