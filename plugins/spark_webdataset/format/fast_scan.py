@@ -120,14 +120,15 @@ def field_values(names: np.ndarray, dot: np.ndarray, lengths: np.ndarray) -> tup
     return inverse.reshape(-1).astype(np.int64), [row.tobytes().rstrip(b"\0") for row in rows]
 
 
-def header_chain(buffer: bytearray, blocks: np.ndarray, start: int, dense: bool) -> tuple[list[int], int]:
+def header_chain(buffer: bytearray, blocks: np.ndarray, start: int, dense: bool) -> tuple[list[int], int, int]:
     """Blocks (from `start`) holding the headers found by following the size fields, and where it stopped.
 
-    Returns (chain, stop): `stop` is the block where a header belongs but
-    no octal size field is (a zero block, damage, a base-256 size), or -1
-    when the chain ran past the last block (the last header's payload may
-    end beyond it). `dense`: parse every block's size field with numpy at
-    once (small members); else only the headers on the chain, in Python.
+    Returns (chain, stop, after): `stop` is the block where a header
+    belongs but no octal size field is (a zero block, damage, a base-256
+    size), or -1 when the chain ran past the last block; `after` is then
+    the block of the next header (beyond `blocks`). `dense`: parse every
+    block's size field with numpy at once (small members); else only the
+    headers on the chain, in Python.
     """
     chain: list[int] = []
     add = chain.append
@@ -138,10 +139,10 @@ def header_chain(buffer: bytearray, blocks: np.ndarray, start: int, dense: bool)
             at = i * BLOCK
             size = buffer[at + 124 : at + 136]
             if size[11] not in (0, 32) or size[:11].translate(None, b"01234567"):
-                return chain, i
+                return chain, i, i
             add(i)
             i += 1 + (int(size[:11], 8) + BLOCK - 1) // BLOCK
-        return chain, -1
+        return chain, -1, i
     tail = blocks[start:]
     digits = tail[:, 124:135] - np.uint8(48)
     valid = (digits < 8).all(axis=1) & ((tail[:, 135] == 0) | (tail[:, 135] == 32))
@@ -152,10 +153,10 @@ def header_chain(buffer: bytearray, blocks: np.ndarray, start: int, dense: bool)
     while i < limit:
         step = jumps[i]
         if not step:
-            return chain, start + i
+            return chain, start + i, start + i
         add(start + i)
         i += step
-    return chain, -1
+    return chain, -1, start + i
 
 
 # -- the reader ----------------------------------------------------------------------------------
@@ -182,7 +183,8 @@ class _Resume(io.RawIOBase):
         return len(data)
 
 
-def _read_full(stream: BinaryIO, view: memoryview) -> int:
+def read_full(stream: BinaryIO, view: memoryview) -> int:
+    """Fill `view` from `stream` (readinto may return less); the bytes read, fewer only at its end."""
     got = 0
     while got < len(view):
         count = stream.readinto(view[got:])
@@ -228,14 +230,14 @@ def read_sample_batches(
     wanted = list(dict.fromkeys(fields))
     finished: set[str] = set()
     buffer = bytearray(chunk_bytes)
-    filled = _read_full(stream, memoryview(buffer)[:BLOCK])
+    filled = read_full(stream, memoryview(buffer)[:BLOCK])
     if not wanted and _seek_over_payloads(stream, buffer[:filled]):
         stream.seek(-filled, io.SEEK_CUR)
         yield from _exact(stream, wanted, 0, finished)
         return
     base = 0  # tar offset of buffer[0]
     while True:
-        got = _read_full(stream, memoryview(buffer)[filled:])
+        got = read_full(stream, memoryview(buffer)[filled:])
         filled += got
         eof = filled < len(buffer)
         chunk = _parse(buffer, filled, eof, wanted, finished)
@@ -296,7 +298,7 @@ def _parse(buffer: bytearray, filled: int, eof: bool, wanted: list[str], finishe
     out = _Chunk()
     blocks_n = filled // BLOCK
     blocks = np.frombuffer(buffer, np.uint8, count=blocks_n * BLOCK).reshape(blocks_n, BLOCK)
-    chain, stop = header_chain(buffer, blocks, 0, dense=True)
+    chain, stop, _ = header_chain(buffer, blocks, 0, dense=True)
     headers = np.asarray(chain, dtype=np.int64)
     rows = blocks[headers]
     sizes = ((rows[:, 124:135] - np.uint8(48)).astype(np.float64) @ _SIZE_WEIGHTS).astype(np.int64)

@@ -27,15 +27,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .checksums import Digests
+from .fast_scan import field_values, header_chain, header_faults, read_full, split_names
 from .names import INVALID_KEY_PATTERN
 from .ustar import BLOCK
 
 CHUNK_BYTES = 2 << 20  # a multiple of BLOCK; small enough to stay in cache while hashed
 _CHUNK_BLOCKS = CHUNK_BYTES // BLOCK
-_SIZE_WEIGHTS = (8 ** np.arange(10, -1, -1)).astype(np.float64)  # exact: sizes < 2**33
-_CHECKSUM_WEIGHTS = 8 ** np.arange(5, -1, -1, dtype=np.int64)
-_USTAR = np.frombuffer(b"ustar", np.uint8)
-_COLUMNS = np.arange(100)
 _MAX_FIELDS = 62  # one bit each in an int64
 _HEADERS_PER_CHECK = 4096  # header rows checked together: few numpy calls even for large members
 
@@ -52,16 +49,6 @@ class _NotSure(Exception):
     """The fast path cannot vouch for the shard; the exact parser must read it."""
 
 
-def _read_full(stream: BinaryIO, view: memoryview) -> int:
-    got = 0
-    while got < len(view):
-        count = stream.readinto(view[got:])
-        if not count:
-            break
-        got += count
-    return got
-
-
 class _Members:
     """What the chunks found, a few bytes a member: sample starts, field codes, sample keys."""
 
@@ -75,35 +62,15 @@ class _Members:
 
     def add(self, headers: np.ndarray) -> None:
         """Check the (m, 512) header rows of one chunk and keep what the shard checks need."""
-        stored = headers[:, 148:154] - np.uint8(48)  # 6 octal digits, NUL, space
-        if (stored > 7).any() or (headers[:, 154] != 0).any() or (headers[:, 155] != 32).any():
-            raise _NotSure
-        computed = headers.sum(axis=1, dtype=np.uint32).astype(np.int64)
-        computed -= headers[:, 148:156].sum(axis=1, dtype=np.int64) - 256
-        if not np.array_equal(stored.astype(np.int64) @ _CHECKSUM_WEIGHTS, computed):
-            raise _NotSure
-        types = headers[:, 156]
-        if not ((types == 48) | (types == 0) | (types == 55)).all():
-            raise _NotSure
-        if ((headers[:, 257:262] == _USTAR).all(axis=1) & (headers[:, 345] != 0)).any():
+        if header_faults(headers).any():
             raise _NotSure
         # names: only the columns some name uses, plus one NUL column
         used = np.flatnonzero(headers[:, :100].any(axis=0))
         names = headers[:, : min(int(used[-1]) + 2 if len(used) else 1, 100)]
-        columns = _COLUMNS[: names.shape[1]]
-        zero = names == 0
-        lengths = np.where(zero.any(axis=1), zero.argmax(axis=1), names.shape[1])
-        inside = columns < lengths[:, None]
-        if ((names == 10) & inside).any():
-            raise _NotSure  # MEMBER_NAME's '.*' stops at a newline
-        slash = (names == 47) & inside
-        last_slash = np.where(slash.any(axis=1), names.shape[1] - 1 - slash[:, ::-1].argmax(axis=1), -1)
-        dots = (names == 46) & inside & (columns > last_slash[:, None])
-        if not dots.any(axis=1).all():
+        lengths, dot, faults = split_names(names, strict=False)
+        if faults.any():
             raise _NotSure
-        dot = dots.argmax(axis=1)  # the key ends at the first '.' of the last path part
-        if (dot <= last_slash + 1).any():
-            raise _NotSure
+        columns = np.arange(names.shape[1])
         keys = np.where(columns < dot[:, None], names, np.uint8(0))
         starts = np.empty(len(headers), dtype=bool)
         starts[0] = names[0, : dot[0]].tobytes() != self.last_key
@@ -113,26 +80,8 @@ class _Members:
         self.key_bytes.append(keys[first][columns < dot[first, None]])
         self.key_lengths.append(dot[first])
         self.starts.append(starts)
-        self.codes.append(self._field_codes(names, dot, lengths - dot - 1))
-
-    def _field_codes(self, names: np.ndarray, dot: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        width = max(int(lengths.max()), 1)
-        take = np.minimum(dot[:, None] + 1 + np.arange(max(width, 8)), names.shape[1] - 1)
-        aligned = np.take_along_axis(names, take, axis=1)
-        aligned = np.where(np.arange(aligned.shape[1]) < lengths[:, None], aligned, np.uint8(0))
-        if width <= 8:  # the usual case: one uint64 a field, a pass per distinct field
-            values = np.ascontiguousarray(aligned[:, :8]).view(np.uint64).reshape(-1)
-            todo = np.ones(len(values), dtype=bool)
-            codes = np.empty(len(values), dtype=np.int8)
-            while todo.any():
-                value = values[todo.argmax()]
-                same = values == value
-                codes[same] = self._code(value.tobytes().rstrip(b"\0"))
-                todo &= ~same
-            return codes
-        rows, inverse = np.unique(aligned, axis=0, return_inverse=True)
-        table = np.array([self._code(row.tobytes().rstrip(b"\0")) for row in rows], dtype=np.int8)
-        return table[inverse.reshape(-1)]
+        codes, distinct = field_values(names, dot, lengths)
+        self.codes.append(np.array([self._code(field) for field in distinct], dtype=np.int8)[codes])
 
     def _code(self, field: bytes) -> int:
         code = self.fields.setdefault(field, len(self.fields))
@@ -152,7 +101,7 @@ def _scan(stream: BinaryIO, members: _Members, digest: Digests) -> int:
     pending: list[np.ndarray] = []  # header rows (copies) not yet checked
     pending_rows = 0
     while True:
-        count = _read_full(stream, view)
+        count = read_full(stream, view)
         if not count:
             break
         digest.update(array[:count])  # a numpy view: crc32c reads it in place
@@ -172,33 +121,7 @@ def _scan(stream: BinaryIO, members: _Members, digest: Digests) -> int:
             continue
         blocks = array[: blocks_n * BLOCK].reshape(blocks_n, BLOCK)
         start = position
-        chain: list[int] = []
-        add = chain.append
-        limit = blocks_n - start
-        i = 0
-        stop = -1
-        if sparse:
-            while i < limit:
-                at = (start + i) * BLOCK
-                size = buffer[at + 124 : at + 136]
-                if size[11] not in (0, 32) or size[:11].translate(None, b"01234567"):
-                    stop = start + i
-                    break
-                add(i)
-                i += 1 + (int(size[:11], 8) + BLOCK - 1) // BLOCK
-        else:
-            tail = blocks[start:]
-            digits = tail[:, 124:135] - np.uint8(48)
-            valid = (digits < 8).all(axis=1) & ((tail[:, 135] == 0) | (tail[:, 135] == 32))
-            sizes = (digits.astype(np.float64) @ _SIZE_WEIGHTS).astype(np.int64)
-            jumps = np.where(valid, 1 + (sizes + BLOCK - 1) // BLOCK, 0).tolist()  # 0: no header here
-            while i < limit:
-                step = jumps[i]
-                if not step:
-                    stop = start + i
-                    break
-                add(i)
-                i += step
+        chain, stop, after = header_chain(buffer, blocks, start, dense=not sparse)
         sparse = len(chain) * 16 < blocks_n
         if stop >= 0:
             # a zero block where a header belongs: the end, if a second one follows
@@ -211,9 +134,9 @@ def _scan(stream: BinaryIO, members: _Members, digest: Digests) -> int:
             else:
                 state = "zero"
         else:
-            position = start + i - blocks_n
+            position = after - blocks_n
         if chain:
-            pending.append(blocks[np.asarray(chain, dtype=np.int64) + start])
+            pending.append(blocks[np.asarray(chain, dtype=np.int64)])
             pending_rows += len(chain)
             if pending_rows >= _HEADERS_PER_CHECK:
                 members.add(np.concatenate(pending) if len(pending) > 1 else pending[0])
