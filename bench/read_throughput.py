@@ -35,6 +35,15 @@ seconds of this process and its children (JVM, Python workers): on a busy machin
 (payload MB per CPU second, from the run that used the least CPU) compares variants more
 fairly than wall time, and the ratios are given both ways.
 
+Part gcs (`--parts ...,gcs`): fake-gcs-server (tests/gcs_emulator.py, as
+bench/gcs_upload_throughput.py starts it, STORAGE_EMULATOR_HOST set before any JVM starts) gets a
+copy of each case's version directory (upload_from_filename); then, interleaved as above:
+
+  gcs-ours      the `ours` aggregate on gs://bench-read/<case>/webdataset (local[1])
+  gcs-reader    WebDatasetReader.read over every shard in this process (no Spark; one core)
+  gcs-download  blob.download_as_bytes() of every shard in turn (google-cloud-storage, one core):
+                a plain sequential download of the same objects, the bound on gs:// reads here
+
 A last part calls the reader outside Spark, `WebDatasetReader(ReadOptions(path),
 schema).read(ShardPartition(url, 0))` on the first shard of each case, timed and under
 cProfile. `--plugins DIR` runs everything against another copy of the package (e.g. a scratch
@@ -72,6 +81,8 @@ def _plugins_dir(argv: list[str]) -> str:
 
 
 from common import MB, MIB, busy_seconds, local_spark, random_batch, random_rows, tree_bytes  # noqa: E402
+
+GCS_BUCKET = "bench-read"
 
 PLUGINS = _plugins_dir(sys.argv)  # ahead of the repository's (common put that one on the path)
 sys.path.insert(0, PLUGINS)
@@ -322,10 +333,11 @@ def measure(
     for variant, run in runs.items():
         with Load() as load:
             samples, payload = run()
-        expected_payload = case["tar_bytes"] if variant == "cat" else case["payload_bytes"]
+        raw = variant in ("cat", "gcs-download")  # bytes of the shards, no samples
+        expected_payload = case["tar_bytes"] if raw else case["payload_bytes"]
         if variant != "ours-keys" and payload != expected_payload:
             raise AssertionError(f"{name}/{variant}: saw {payload} bytes, expected {expected_payload}")
-        if variant not in ("cat",) and samples != case["rows"]:
+        if not raw and samples != case["rows"]:
             raise AssertionError(f"{name}/{variant}: saw {samples} samples, expected {case['rows']}")
         results[variant] = {"warm": load.record(), "runs": []}
         print(f"  {label} {name:5s} {variant:10s} warm  {load.seconds:7.2f} s", flush=True)
@@ -408,6 +420,66 @@ def direct_read(case: dict[str, Any], repeats: int) -> dict[str, Any]:
     }
 
 
+# -- gs:// against the emulator -------------------------------------------------
+
+
+def start_emulator() -> Any:
+    """fake-gcs-server on a free port; every client (and the JVM's Python workers) pointed at it."""
+    from gcs_emulator import Emulator  # tests/ (common put it on sys.path)
+
+    emulator = Emulator()
+    os.environ["STORAGE_EMULATOR_HOST"] = emulator.url  # before any SparkSession: workers inherit it
+    emulator.create_bucket(GCS_BUCKET)
+    return emulator
+
+
+def upload_case(name: str, case: dict[str, Any]) -> str:
+    """Copy the case's version directory (shards, manifest, marks) to gs://; returns its URI."""
+    from spark_webdataset.storage.gcs import client
+
+    bucket = client().bucket(GCS_BUCKET)
+    local = case["webdataset_dir"]
+    prefix = f"{name}/webdataset"
+    started = time.perf_counter()
+    for root, _, files in os.walk(local):
+        for file in files:
+            path = os.path.join(root, file)
+            bucket.blob(f"{prefix}/{os.path.relpath(path, local)}").upload_from_filename(path)
+    print(f"  uploaded {name} to gs://{GCS_BUCKET}/{prefix} in {time.perf_counter() - started:.1f} s", flush=True)
+    return f"gs://{GCS_BUCKET}/{prefix}"
+
+
+def gcs_variants(spark: SparkSession, uri: str) -> dict[str, Callable[[], tuple[int, int]]]:
+    """The gs:// runs of one case; each returns (samples, payload bytes) or (0, object bytes)."""
+    from spark_webdataset.spark.reader import ReadOptions, ShardPartition, WebDatasetReader, default_schema
+    from spark_webdataset.storage.gcs import client, split
+
+    urls = shard_urls(uri)
+
+    def ours() -> tuple[int, int]:
+        row = spark.read.format("webdataset").load(uri).selectExpr(*FULL_AGG, "sum(length(cls)) AS cls").collect()[0]
+        return int(row["n"]), int(row["payload"])
+
+    def reader() -> tuple[int, int]:
+        options = ReadOptions(uri)
+        read = WebDatasetReader(options, default_schema(options))
+        samples = payload = 0
+        for index, url in enumerate(urls):
+            for batch in read.read(ShardPartition(url, index)):
+                samples += batch.num_rows
+                payload += pc.sum(pc.binary_length(batch.column("bin"))).as_py() or 0
+        return samples, payload
+
+    def download() -> tuple[int, int]:
+        total = 0
+        for url in urls:
+            bucket, path = split(url)
+            total += len(client().bucket(bucket).blob(path).download_as_bytes())
+        return 0, total
+
+    return {"gcs-ours": ours, "gcs-reader": reader, "gcs-download": download}
+
+
 # -- report ---------------------------------------------------------------------
 
 
@@ -445,7 +517,7 @@ def ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
     lines = []
     library = results["spark"].get("py1", {})
     for label, cases in results["spark"].items():
-        if label.startswith("py"):
+        if label.startswith("py") or label == "gcs":
             continue
         for name, runs in cases.items():
             ours = runs["ours"]
@@ -470,6 +542,16 @@ def ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
                         f"(full/key-only = {full / keys:.2f}; "
                         f"{runs['ours-keys']['samples_per_s']:.0f} samples/s)",
             })
+    for name, runs in results["spark"].get("gcs", {}).items():
+        download = runs["gcs-download"]
+        for variant in ("gcs-ours", "gcs-reader"):
+            ratio = runs[variant]["bytes_mb_s"] / download["bytes_mb_s"]
+            lines.append({
+                "case": name, "cores": "gcs", "baseline": "gcs-download", "variant": variant,
+                "ratio": round(ratio, 3),
+                "text": f"{name:6s} gs://     {variant}/gcs-download = {ratio:5.2f} in shard bytes per second "
+                        f"({runs[variant]['bytes_mb_s']:.0f} vs {download['bytes_mb_s']:.0f} MB/s)",
+            })
     return lines
 
 
@@ -479,7 +561,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None, help="timed runs after the warm-up (3; quick 1)")
     parser.add_argument("--cores", default="1,2", help="Spark masters: local[N] for each N (default 1,2)")
     parser.add_argument("--cases", default="small,large")
-    parser.add_argument("--parts", default="spark,library,direct", help="any of spark, library, direct")
+    parser.add_argument("--parts", default="spark,library,direct", help="any of spark, library, direct, gcs")
     parser.add_argument("--workdir", default=None, help="data dir (/tmp/spark-wds-read-bench[-quick])")
     parser.add_argument("--fresh", action="store_true", help="rewrite the data even if --workdir holds it")
     parser.add_argument("--driver-memory", default="4g")
@@ -497,6 +579,18 @@ def main() -> None:
     import spark_webdataset
 
     print(f"package: {os.path.dirname(spark_webdataset.__file__)}; load {os.getloadavg()}", flush=True)
+    emulator = start_emulator() if "gcs" in parts else None
+    try:
+        run_parts(args, cases, parts, emulator)
+    finally:
+        if emulator is not None:
+            emulator.stop()
+            shutil.rmtree(emulator.root, ignore_errors=True)
+
+
+def run_parts(args: argparse.Namespace, cases: dict[str, tuple[int, int]], parts: set[str], emulator: Any) -> None:
+    import spark_webdataset
+
     data = build_data(args, cases)
     results: dict[str, Any] = {
         "command": " ".join([os.path.relpath(sys.executable, REPO), *sys.argv]),
@@ -525,11 +619,21 @@ def main() -> None:
                 }
             finally:
                 spark.stop()
+    if emulator is not None:
+        uris = {name: upload_case(name, case) for name, case in data.items()}
+        spark = start_spark(args, 1)
+        try:
+            results["spark"]["gcs"] = {
+                name: measure(name, gcs_variants(spark, uris[name]), case, args.repeats, "gcs")
+                for name, case in data.items()
+            }
+        finally:
+            spark.stop()
     if "direct" in parts:
         for name, case in data.items():
             results["direct"][name] = direct_read(case, args.repeats)
             print(results["direct"][name]["profile_top"], flush=True)
-    results["ratios"] = ratios(results) if "spark" in parts else []
+    results["ratios"] = ratios(results) if parts & {"spark", "gcs"} else []
     results["load_at_end"] = os.getloadavg()
     results["bench_s"] = round(time.perf_counter() - started, 1)
     print_table(results)
