@@ -163,7 +163,8 @@ def test_the_wheel_alone_runs_a_dataset_dag_to_a_published_version(
         "max_shard_bytes": "256KiB", "max_samples_per_shard": 40, "order": "key",
         "key": "format_string('d%05d', id)", "fields": ["png=image", "cls=label"],
     }  # fmt: skip
-    command = [str(python), "-m", "airflow", "dags", "test", DAG_ID, "2026-11-14T06:30:00+00:00", "-c", json.dumps(params)]
+    logical_date = "2026-11-14T06:30:00+00:00"
+    command = [str(python), "-m", "airflow", "dags", "test", DAG_ID, logical_date, "-c", json.dumps(params)]
     done = subprocess.run(command, env=env, cwd=elsewhere, capture_output=True, text=True, timeout=900)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-5000:]

@@ -4,6 +4,8 @@
         --output data/datasets/digits --version 2026-12-01 \\
         --key "format_string('%05d', id)" --field png=image --field cls=label
 
+(installed, no checkout: `spark-submit "$(python -m spark_webdataset.entry build_webdataset.py)" ...`)
+
 It sizes the partitions from the data (exact tar bytes, counted in one
 aggregate pass) so that each partition fills about one shard, orders the
 samples reproducibly, writes `ROOT/versions/V/` through the `webdataset`

@@ -3,6 +3,8 @@
     spark-submit jobs/reshard.py --input ROOT/versions/V --output ROOT2 --version V2 \\
         --shard-multiple 8 --max-shard-bytes 1GiB
 
+(installed, no checkout: `spark-submit "$(python -m spark_webdataset.entry reshard.py)" ...`)
+
 Member bytes are copied as they are (fields read as binary). With
 `--shard-multiple N` every sample gets its shard number from its rank, so
 the count is exactly a multiple of N and shards hold equal sample counts
