@@ -29,9 +29,6 @@ def register(spark: "SparkSession") -> None:
         "WebDatasetDataSource", (WebDatasetDataSource,), {"application_id": application_id}
     )
     spark.dataSource.register(source)
-    # The reader prunes shards by key filters (pushFilters); Spark refuses to plan a reader that
-    # implements it while Python filter pushdown is off (its default in Spark 4.2).
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
 
 
 __all__ = ["register", "__version__"]

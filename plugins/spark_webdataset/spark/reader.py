@@ -13,21 +13,9 @@ import fnmatch
 import logging
 import os
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Iterator, Sequence
 
-from pyspark.sql.datasource import (
-    DataSourceReader,
-    EqualNullSafe,
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    InputPartition,
-    LessThan,
-    LessThanOrEqual,
-    StringStartsWith,
-)
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from ..errors import BadOption, InputError, ManifestChanged, TarFormatError
@@ -47,21 +35,75 @@ class ReadOptions:
     path: str
     skip_bad_shards: bool = False
     bad_shards_dir: str | None = None
+    keys: "KeyRange | None" = None
 
     @classmethod
     def parse(cls, options) -> "ReadOptions":
         lowered = {str(k).lower(): v for k, v in options.items()}
-        known = {"path", "paths", "skipbadshards", "badshardsdir"}
+        known = {"path", "paths", "skipbadshards", "badshardsdir", "keymin", "keymax", "keyprefix"}
         unknown = sorted(set(lowered) - known)
         if unknown:
             raise BadOption(
-                f"unknown read option(s) {', '.join(unknown)} for format webdataset (known: skipBadShards, badShardsDir)"
+                f"unknown read option(s) {', '.join(unknown)} for format webdataset "
+                "(known: skipBadShards, badShardsDir, keyMin, keyMax, keyPrefix)"
             )
         path = lowered.get("path")
         if not path:
             raise BadOption("no path: call .load(uri) with a version directory, dataset root or shard pattern")
         skip = parse_bool("skipBadShards", lowered.get("skipbadshards", "false"))
-        return cls(path=path, skip_bad_shards=skip, bad_shards_dir=lowered.get("badshardsdir"))
+        bounds = KeyRange(lowered.get("keymin"), lowered.get("keymax"), lowered.get("keyprefix"))
+        return cls(
+            path=path,
+            skip_bad_shards=skip,
+            bad_shards_dir=lowered.get("badshardsdir"),
+            keys=bounds if bounds.limited else None,
+        )
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """The reader's key options: keyMin <= key <= keyMax, key starting with keyPrefix.
+
+    Options, not pushed filters: pyspark 4.2 keeps the partitions planned
+    for one query's pushed filters on the DataFrame and reuses them for its
+    next query that pushes none, so pruning by `where()` would silently drop
+    rows (`df.where(key = x).count()` then `df.count()`). Options belong to
+    the DataFrame: every query of it reads the same range. Python orders str
+    by code point, the order of their UTF-8 bytes, Spark's string order.
+    """
+
+    minimum: str | None = None
+    maximum: str | None = None
+    prefix: str | None = None
+
+    @property
+    def limited(self) -> bool:
+        return any(bound is not None for bound in (self.minimum, self.maximum, self.prefix))
+
+    def may_hold(self, first: str, last: str) -> bool:
+        """May a shard holding only keys in [first, last] hold a key in the range?"""
+        if self.minimum is not None and last < self.minimum:
+            return False
+        if self.maximum is not None and first > self.maximum:
+            return False
+        if self.prefix is not None:
+            # a first key above the prefix that does not start with it is above every key that does
+            return last >= self.prefix and (first < self.prefix or first.startswith(self.prefix))
+        return True
+
+    def mask(self, keys: "pyarrow.Array") -> "pyarrow.Array":  # noqa: F821
+        """Which of these keys are in the range (vectorized)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        inside = pa.array([True] * len(keys), pa.bool_())
+        if self.minimum is not None:
+            inside = pc.and_(inside, pc.greater_equal(keys, self.minimum))
+        if self.maximum is not None:
+            inside = pc.and_(inside, pc.less_equal(keys, self.maximum))
+        if self.prefix is not None:
+            inside = pc.and_(inside, pc.starts_with(keys, self.prefix))
+        return inside
 
 
 def _expand_braces(pattern: str) -> list[str]:
@@ -147,38 +189,6 @@ def default_schema(options: ReadOptions) -> StructType:
     )
 
 
-def key_range_test(condition: Filter) -> Callable[[str, str], bool] | None:
-    """For a filter on `__key__`: may a shard holding only keys in [first, last] match it?
-
-    None for any other filter. Python orders str by code point, which is
-    the order of their UTF-8 bytes, Spark's string order.
-    """
-    if getattr(condition, "attribute", None) != (KEY_COLUMN,):
-        return None
-    value = getattr(condition, "value", None)
-    if isinstance(condition, In):
-        if not all(v is None or isinstance(v, str) for v in value):
-            return None
-        wanted = [v for v in value if v is not None]  # a null matches no key
-        return lambda first, last: any(first <= v <= last for v in wanted)
-    if not isinstance(value, str):
-        return None
-    if isinstance(condition, (EqualTo, EqualNullSafe)):
-        return lambda first, last: first <= value <= last
-    if isinstance(condition, LessThan):
-        return lambda first, last: first < value
-    if isinstance(condition, LessThanOrEqual):
-        return lambda first, last: first <= value
-    if isinstance(condition, GreaterThan):
-        return lambda first, last: last > value
-    if isinstance(condition, GreaterThanOrEqual):
-        return lambda first, last: last >= value
-    if isinstance(condition, StringStartsWith):
-        # a first key above the prefix that does not start with it is above every key that does
-        return lambda first, last: last >= value and (first < value or first.startswith(value))
-    return None
-
-
 @dataclass
 class ShardPartition(InputPartition):
     url: str
@@ -196,25 +206,16 @@ class WebDatasetReader(DataSourceReader):
         self.fields = [f.name for f in schema.fields if f.name not in (KEY_COLUMN, URL_COLUMN)]
         self.urls, manifest = resolve(options.path)
         self.entries: list[ShardEntry | None] = list(manifest.shards) if manifest else [None] * len(self.urls)
-        self.selected = list(range(len(self.urls)))
-
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        """Skip the shards whose key range cannot match; Spark still applies every filter to the rows.
-
-        Only shards written from ascending keys (a key-sorted write) hold
-        nothing outside [first_key, last_key]; the others are always read.
-        """
-        tests = [test for test in map(key_range_test, filters) if test is not None]
+        # A shard written from ascending keys holds nothing outside [first_key, last_key]: one
+        # whose range cannot meet the key options is not opened (the others filter their rows).
         self.selected = [
             index
             for index, entry in enumerate(self.entries)
-            if entry is None
-            or not entry.keys_ascending
-            or all(test(entry.first_key, entry.last_key) for test in tests)
+            if options.keys is None or entry is None or not entry.keys_ascending
+            or options.keys.may_hold(entry.first_key, entry.last_key)
         ]
         if len(self.selected) < len(self.entries):
-            log.info("webdataset: key filters leave %d of %d shards to read", len(self.selected), len(self.entries))
-        return filters
+            log.info("webdataset: the key options leave %d of %d shards to read", len(self.selected), len(self.entries))
 
     def partitions(self) -> Sequence[InputPartition]:
         return [ShardPartition(self.urls[index], index, self.entries[index]) for index in self.selected]
@@ -262,7 +263,8 @@ class WebDatasetReader(DataSourceReader):
                         keys = batch.keys.to_pylist() if keys is None else keys
                         values = batch.columns[field.name].to_pylist()
                         arrays.append(decode_column(values, field.type, field.name, keys))
-                yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+                record_batch = pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+                yield record_batch if self.options.keys is None else record_batch.filter(self.options.keys.mask(batch.keys))
         if expected is not None and (count, first_key, last_key) != (
             expected.samples,
             expected.first_key,
