@@ -153,9 +153,7 @@ def order_samples(df: "DataFrame", partitions: int, order: str, seed: int) -> "D
         )
     if order == "key":
         return df.repartitionByRange(partitions, KEY_COLUMN).sortWithinPartitions(KEY_COLUMN)
-    if df.rdd.getNumPartitions() > partitions:
-        return df.coalesce(partitions)
-    return df
+    return df.coalesce(partitions)  # never more partitions than the source has (and no RDD: Spark Connect)
 
 
 def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
@@ -246,6 +244,8 @@ def print_summary(summary: dict, name: str = "build_webdataset") -> None:
 def spark_session() -> "SparkSession":
     from pyspark.sql import SparkSession
 
+    if os.environ.get("SPARK_REMOTE"):  # Spark Connect (sc://host:port): the server has the master
+        return SparkSession.builder.getOrCreate()
     builder = SparkSession.builder.appName("build_webdataset")
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # run by plain python, not spark-submit
         builder = builder.master(os.environ.get("SPARK_MASTER", "local[*]"))

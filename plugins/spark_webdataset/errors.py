@@ -50,6 +50,10 @@ class BadOption(InputError):
     """A read/write option or command-line argument with a bad value."""
 
 
+class NeedsClassicSpark(InputError):
+    """A step that needs the JVM's RDD API, asked of a Spark Connect session (which sends plans only)."""
+
+
 class InvalidVersionId(InputError):
     """A version id outside `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`."""
 

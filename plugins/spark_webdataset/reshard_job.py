@@ -28,7 +28,7 @@ from .build_job import (
     version_summary,
 )
 from .build_job import parse_size_option
-from .errors import InputError, WebDatasetError
+from .errors import InputError, NeedsClassicSpark, WebDatasetError
 from .format.names import KEY_COLUMN
 from .layout import Dataset
 
@@ -53,6 +53,11 @@ def parser() -> argparse.ArgumentParser:
 
 def exact_shards(df: "DataFrame", shards: int, order: str, seed: int, rows: int) -> "DataFrame":
     """One partition per shard, by rank: partition i holds ranks [i*rows/shards, (i+1)*rows/shards)."""
+    if type(df.sparkSession).__module__.startswith("pyspark.sql.connect"):
+        raise NeedsClassicSpark(
+            "reshard --shard-multiple ranks rows with the RDD API, which Spark Connect does not offer: "
+            "run jobs/reshard.py with spark-submit (or drop --shard-multiple)"
+        )
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StructField, StructType
 
