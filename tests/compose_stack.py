@@ -14,7 +14,13 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = REPO / "docker-compose.yaml"
 IMAGE_REPO = "/opt/spark-webdataset"  # the Dockerfile's WORKDIR: its copy of this repository
-AIRFLOW_SERVICES = ("airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
+AIRFLOW_SERVICES = (
+    "airflow-init",
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+)
 
 
 def services() -> dict[str, dict]:

@@ -4,8 +4,9 @@ A private PostgreSQL cluster (Debian's package) on 127.0.0.1 stands in for the p
 airflow-init's script migrates it; api-server, scheduler (LocalExecutor), dag-processor and
 triggerer start, each with its own AIRFLOW_HOME as in its own container (so the shared JWT
 secret is needed for real). webdataset__digits (the repository's config, manual schedule) is
-triggered through the REST API and must publish; every service's healthcheck must pass. Spark is
-local[2] here (tests/test_cluster.py runs the DAG on a standalone cluster).
+triggered through the REST API and must publish; its Asset event must run the example consumer
+DAG; every service's healthcheck must pass. Spark is local[2] here (tests/test_cluster.py runs
+the DAG on a standalone cluster).
 Skipped, with the reason, where PostgreSQL is not installed (scripts/ensure_postgres.sh).
 """
 
@@ -40,7 +41,10 @@ SERVERS = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "a
 
 def _postgres_bin() -> Path | None:
     """The newest /usr/lib/postgresql/<major>/bin (Debian), else the directory of initdb on PATH."""
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0)
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+        key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0,
+    )
     initdb = found[-1] if found else (Path(shutil.which("initdb")) if shutil.which("initdb") else None)
     return initdb.parent if initdb else None
 
@@ -49,7 +53,10 @@ PG_BIN = _postgres_bin()
 AS_ROOT = os.geteuid() == 0
 
 pytestmark = [
-    pytest.mark.skipif(PG_BIN is None, reason="PostgreSQL is not installed (scripts/ensure_postgres.sh: apt-get install postgresql)"),
+    pytest.mark.skipif(
+        PG_BIN is None,
+        reason="PostgreSQL is not installed (scripts/ensure_postgres.sh: apt-get install postgresql)",
+    ),
     pytest.mark.slow,
     pytest.mark.timeout(420),
 ]
@@ -57,7 +64,7 @@ pytestmark = [
 
 @pytest.fixture
 def postgres():
-    """A private cluster: user and password airflow (the compose service's), database airflow, on a free port."""
+    """A private cluster on a free port: user, password and database airflow (the compose service's)."""
     if AS_ROOT:
         try:
             owner = pwd.getpwnam("postgres")
@@ -72,27 +79,38 @@ def postgres():
     [port] = free_ports(1)
 
     def pg(*argv: str) -> None:
-        done = subprocess.run(as_owner + [str(PG_BIN / argv[0]), *argv[1:]], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            as_owner + [str(PG_BIN / argv[0]), *argv[1:]], capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, f"{argv[0]}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
 
     data = root / "data"
-    pg("initdb", "-D", str(data), "-U", "airflow", f"--pwfile={root / 'password'}", "--auth=scram-sha-256", "-E", "UTF8", "--no-sync")
+    pg("initdb", "-D", str(data), "-U", "airflow", f"--pwfile={root / 'password'}", "--auth=scram-sha-256",
+       "-E", "UTF8", "--no-sync")  # fmt: skip
     options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off"
     try:
-        pg("pg_ctl", "-D", str(data), "-o", options, "-l", str(root / "server.log"), "-w", "-t", "60", "start")
+        pg("pg_ctl", "-D", str(data), "-o", options, "-l", str(root / "server.log"), "-w", "start")
         subprocess.run(
             [str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", "airflow"],
             env={**os.environ, "PGPASSWORD": "airflow"}, check=True, capture_output=True, timeout=60,
         )  # fmt: skip
         yield port
     finally:
-        subprocess.run(as_owner + [str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True, timeout=60)
+        subprocess.run(
+            as_owner + [str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+            capture_output=True,
+            timeout=60,
+        )
         shutil.rmtree(root, ignore_errors=True)
 
 
 def _native_env(name: str, service: dict, addresses: dict[str, str], tmp_path: Path) -> dict[str, str]:
-    """The service's compose environment on this machine; nothing of the caller's Airflow settings leaks in."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SPARK_WEBDATASET_", "STORAGE_EMULATOR"))}
+    """The service's compose environment on this machine; none of the caller's Airflow settings leak in."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AIRFLOW", "SPARK_WEBDATASET_", "STORAGE_EMULATOR"))
+    }
     stack = compose_stack.environment(service)
     env.update({key: compose_stack.native(value, addresses) for key, value in stack.items()})
     here = {
@@ -119,22 +137,30 @@ def _native_env(name: str, service: dict, addresses: dict[str, str], tmp_path: P
     return env
 
 
-def _stop(process: subprocess.Popen) -> None:
-    """TERM the service's process group, then KILL what is left after 20 s."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
+def _stop(processes: list[subprocess.Popen], seconds: float = 5) -> None:
+    """TERM every service's process group, then KILL the groups still there after `seconds`."""
+
+    def signal_all(sig: int) -> bool:
+        left = False
+        for process in processes:
+            try:
+                os.killpg(process.pid, sig)
+                left = True
+            except ProcessLookupError:
+                pass
+        return left
+
+    signal_all(signal.SIGTERM)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for process in processes:
+            process.poll()  # reap the leaders, so an empty group reads as gone
+        if not signal_all(0):
             return
-        try:
-            process.wait(timeout=20)
-            os.killpg(process.pid, 0)  # children still there: go on to KILL
-        except (subprocess.TimeoutExpired, ProcessLookupError):
-            if process.poll() is not None:
-                try:
-                    os.killpg(process.pid, 0)
-                except ProcessLookupError:
-                    return
+        time.sleep(0.5)
+    signal_all(signal.SIGKILL)
+    for process in processes:
+        process.wait(timeout=30)
 
 
 class Stack:
@@ -150,7 +176,10 @@ class Stack:
         }
         self.base = f"http://127.0.0.1:{api}"
         self.services = compose_stack.services()
-        self.env = {name: _native_env(name, self.services[name], self.addresses, tmp_path) for name in compose_stack.AIRFLOW_SERVICES}
+        self.env = {
+            name: _native_env(name, self.services[name], self.addresses, tmp_path)
+            for name in compose_stack.AIRFLOW_SERVICES
+        }
         self.logs = tmp_path / "logs"
         self.logs.mkdir()
         self.processes: dict[str, subprocess.Popen] = {}
@@ -160,18 +189,30 @@ class Stack:
         return [str(REPO / argv[0])] + argv[1:] if argv[0].startswith("scripts/") else argv
 
     def run(self, name: str, timeout: float) -> None:
-        done = subprocess.run(self.command(name), env=self.env[name], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            self.command(name), env=self.env[name], cwd=REPO, capture_output=True, text=True, timeout=timeout
+        )
         assert done.returncode == 0, f"{name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 
     def start(self, name: str) -> None:
         with open(self.logs / f"{name}.log", "wb") as out:
             self.processes[name] = subprocess.Popen(
-                self.command(name), env=self.env[name], cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                self.command(name),
+                env=self.env[name],
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     def healthcheck(self, name: str) -> subprocess.Popen:
-        argv = [compose_stack.native(part, self.addresses) for part in compose_stack.healthcheck(self.services[name])]
-        return subprocess.Popen(argv, env=self.env[name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        argv = [
+            compose_stack.native(part, self.addresses)
+            for part in compose_stack.healthcheck(self.services[name])
+        ]
+        return subprocess.Popen(
+            argv, env=self.env[name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
 
     def alive(self) -> None:
         for name, process in self.processes.items():
@@ -192,14 +233,20 @@ class Stack:
                     events.append(json.loads(line))
                 except ValueError:
                     events.append({"event": line})
-            errors = [e for e in events if e.get("level") in ("error", "critical") or "Exception" in str(e.get("event"))]
-            shown = [str(e.get("event"))[:300] + str(e.get("error_detail", ""))[:1500] for e in errors[-5:] + events[-15:]]
+            errors = [
+                e
+                for e in events
+                if e.get("level") in ("error", "critical") or "Exception" in str(e.get("event"))
+            ]
+            shown = [
+                str(e.get("event"))[:300] + str(e.get("error_detail", ""))[:1500]
+                for e in errors[-5:] + events[-15:]
+            ]
             parts.append(f"== {path.relative_to(home)}\n" + "\n".join(shown))
         return "\n".join(parts)
 
     def stop(self) -> None:
-        for process in self.processes.values():
-            _stop(process)
+        _stop(list(self.processes.values()))
 
 
 @pytest.fixture
@@ -208,7 +255,9 @@ def stack(postgres, tmp_path):
     assert digits["name"] == "digits" and digits["schedule"]
     (tmp_path / "datasets").mkdir()
     # the repository's config, run on demand only: the scheduler must not start its own run too
-    (tmp_path / "datasets" / "digits.yaml").write_text(yaml.safe_dump({**digits, "schedule": None}, sort_keys=False))
+    (tmp_path / "datasets" / "digits.yaml").write_text(
+        yaml.safe_dump({**digits, "schedule": None}, sort_keys=False)
+    )
     stack = Stack(tmp_path, postgres)
     try:
         yield stack
@@ -240,39 +289,77 @@ def _until(stack: Stack, what: str, seconds: float, check):
     pytest.fail(f"{what}: nothing after {seconds} s\n{logs}")
 
 
+def _succeeds(stack: Stack, token: str, dag_id: str, run_id: str) -> None:
+    """Wait for the run to succeed; fail, with the task logs, on a task that failed or waits for a retry."""
+    path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}"
+
+    def ended() -> str | None:
+        tasks = _call(stack, "GET", f"{path}/taskInstances", token)["task_instances"]
+        failed = [
+            f"{t['task_id']}: {t['state']}"
+            for t in tasks
+            if t["state"] in ("failed", "up_for_retry", "upstream_failed")
+        ]
+        state = _call(stack, "GET", path, token)["state"]
+        return "; ".join(failed) or (state if state in ("success", "failed") else None)
+
+    state = _until(stack, f"the end of {dag_id}'s run", 300, ended)
+    assert state == "success", f"{dag_id}: {state}\n{stack.task_logs()[-10000:]}"
+
+
 def test_the_compose_services_run_the_digits_dag_on_postgres(stack) -> None:
     stack.run("airflow-init", timeout=300)  # airflow db migrate, and the demo's source
     for name in SERVERS:
         stack.start(name)
-    _until(stack, "api-server health", 150, lambda: _call(stack, "GET", "/api/v2/monitor/health")["metadatabase"]["status"] == "healthy")
+    _until(
+        stack,
+        "api-server health",
+        150,
+        lambda: _call(stack, "GET", "/api/v2/monitor/health")["metadatabase"]["status"] == "healthy",
+    )
 
     # a script's login: the simple auth manager's generated admin password for a token
-    passwords = Path(stack.env["airflow-apiserver"]["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
+    passwords = (
+        Path(stack.env["airflow-apiserver"]["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
+    )
     login = {"username": "admin", "password": json.loads(passwords.read_text())["admin"]}
     token = _call(stack, "POST", "/auth/token", body=login)["access_token"]
-    _until(stack, f"{DAG_ID} parsed by the dag-processor", 150, lambda: _call(stack, "GET", f"/api/v2/dags/{DAG_ID}", token))
-    run = _call(stack, "POST", f"/api/v2/dags/{DAG_ID}/dagRuns", token, {"logical_date": LOGICAL_DATE.isoformat()})
-    checks = {name: stack.healthcheck(name) for name in SERVERS}  # meanwhile: every service reports itself healthy
+    _until(
+        stack,
+        f"{DAG_ID} parsed by the dag-processor",
+        150,
+        lambda: _call(stack, "GET", f"/api/v2/dags/{DAG_ID}", token),
+    )
+    run = _call(
+        stack, "POST", f"/api/v2/dags/{DAG_ID}/dagRuns", token, {"logical_date": LOGICAL_DATE.isoformat()}
+    )
+    # meanwhile: every service's own healthcheck must pass
+    checks = {name: stack.healthcheck(name) for name in SERVERS}
 
-    path = f"/api/v2/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}"
-
-    def ended() -> str | None:
-        """success, or the first task that failed or waits for a retry (retries wait minutes: stop there)."""
-        tasks = _call(stack, "GET", f"{path}/taskInstances", token)["task_instances"]
-        failed = [f"{t['task_id']}: {t['state']}" for t in tasks if t["state"] in ("failed", "up_for_retry", "upstream_failed")]
-        state = _call(stack, "GET", path, token)["state"]
-        return "; ".join(failed) or (state if state in ("success", "failed") else None)
-
-    state = _until(stack, "the DAG run's end", 300, ended)
-    assert state == "success", f"{state}\n{stack.task_logs()[-10000:]}"
-
+    _succeeds(stack, token, DAG_ID, run["dag_run_id"])
     root = stack.env["airflow-scheduler"]["SPARK_WEBDATASET_DATA"] + "/datasets/digits"
     assert (Path(root) / "LATEST").read_text().strip() == VERSION
     manifest = json.loads((Path(root) / "versions" / VERSION / "_manifest.json").read_text())
     assert manifest["samples"] == 1797
     # the publish task's Asset event, stored in Postgres, as the API hands it to a reader
     events = _call(stack, "GET", f"/api/v2/assets/events?source_dag_id={DAG_ID}", token)["asset_events"]
-    assert [(e["source_task_id"], e["extra"]["version"], e["extra"]["samples"]) for e in events] == [("publish", VERSION, 1797)]
+    assert [(e["source_task_id"], e["extra"]["version"], e["extra"]["samples"]) for e in events] == [
+        ("publish", VERSION, 1797)
+    ]
+
+    # the Asset event starts the example consumer DAG, which reads the version it names and LATEST
+    consumer = "consume_webdataset"
+    [started] = _until(
+        stack,
+        "the consumer's run",
+        120,
+        lambda: _call(stack, "GET", f"/api/v2/dags/{consumer}/dagRuns", token)["dag_runs"],
+    )
+    assert started["run_type"] == "asset_triggered"
+    _succeeds(stack, token, consumer, started["dag_run_id"])
+    task = f"/api/v2/dags/{consumer}/dagRuns/{started['dag_run_id']}/taskInstances/read_latest_version"
+    xcom = f"{task}/xcomEntries/return_value"
+    assert _call(stack, "GET", xcom, token)["value"] == [{"version": VERSION, "samples": 1797}]
 
     for name, check in checks.items():
         output, _ = check.communicate(timeout=120)

@@ -19,7 +19,9 @@ from compose_stack import IMAGE_REPO, REPO, environment, healthcheck, services
 AIRFLOW_ENV_SH = (REPO / "scripts" / "airflow_env.sh").read_text()
 DOCKERFILE = (REPO / "Dockerfile").read_text()
 PINNED = {
-    line.split("==")[0].lower() for line in (REPO / "constraints.txt").read_text().splitlines() if "==" in line
+    line.split("==")[0].lower()
+    for line in (REPO / "constraints.txt").read_text().splitlines()
+    if "==" in line
 }
 SERVICES = services()
 LONG_RUNNING = sorted(set(SERVICES) - {"airflow-init"})
@@ -68,11 +70,15 @@ def test_every_command_and_healthcheck_is_a_script_or_an_airflow_command_that_ex
                 pytest.fail(f"{where}: airflow refuses {argv[1:]}")
         elif argv[0].startswith("scripts/"):
             script = REPO / argv[0]
-            assert script.is_file() and os.access(script, os.X_OK), f"{where}: {script} missing or not executable"
+            assert script.is_file() and os.access(script, os.X_OK), (
+                f"{where}: {script} missing or not executable"
+            )
         else:  # programs of the image (curl, sh) or of the Postgres image (pg_isready)
             program = argv[0] if argv[0] != "sh" else argv[2].split()[0]
             assert program in ("curl", "pg_isready"), f"{where}: unexpected program {program}"
-            assert program != "curl" or re.search(r"apt-get install[^\n]*\bcurl\b", DOCKERFILE), "curl not in the image"
+            assert program != "curl" or re.search(r"apt-get install[^\n]*\bcurl\b", DOCKERFILE), (
+                "curl not in the image"
+            )
 
 
 def test_dependencies_wait_for_health_or_completion() -> None:
@@ -81,9 +87,13 @@ def test_dependencies_wait_for_health_or_completion() -> None:
             assert dependency in SERVICES, f"{name} depends on unknown {dependency}"
             condition = rule["condition"]
             if condition == "service_healthy":
-                assert "healthcheck" in SERVICES[dependency], f"{name} waits for {dependency}'s health, it has no check"
+                assert "healthcheck" in SERVICES[dependency], (
+                    f"{name} waits for {dependency}'s health, it has no check"
+                )
             else:
-                assert condition == "service_completed_successfully" and SERVICES[dependency]["restart"] == "no", name
+                assert (
+                    condition == "service_completed_successfully" and SERVICES[dependency]["restart"] == "no"
+                ), name
     for name in LONG_RUNNING:
         assert "healthcheck" in SERVICES[name], name
     for name in compose_stack.AIRFLOW_SERVICES[1:]:
@@ -95,17 +105,28 @@ def test_dependencies_wait_for_health_or_completion() -> None:
 
 
 def test_airflow_has_airflow_env_sh_settings_with_the_stacks_paths() -> None:
-    exported = set(re.findall(r"^export (\w+)=", AIRFLOW_ENV_SH, re.M))
+    exported = set(re.findall(r"^export (\w+)=", AIRFLOW_ENV_SH, re.MULTILINE))
     # PATH: the image's python is on PATH already; SPARK_LOCAL_IP: containers bind their own address
     not_in_containers = {"PATH", "SPARK_LOCAL_IP"}
     assert not_in_containers <= exported
     for name in compose_stack.AIRFLOW_SERVICES:
         env = environment(SERVICES[name])
-        assert exported - not_in_containers <= set(env), f"{name} lacks {sorted(exported - not_in_containers - set(env))}"
-        assert env["AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT"] == re.search(r"EXECUTION_API_TIMEOUT:-(\d+)", AIRFLOW_ENV_SH)[1]
-        for key in ("AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__CORE__PLUGINS_FOLDER", "SPARK_WEBDATASET_DATASETS"):
+        assert exported - not_in_containers <= set(env), (
+            f"{name} lacks {sorted(exported - not_in_containers - set(env))}"
+        )
+        assert (
+            env["AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT"]
+            == re.search(r"EXECUTION_API_TIMEOUT:-(\d+)", AIRFLOW_ENV_SH)[1]
+        )
+        for key in (
+            "AIRFLOW__CORE__DAGS_FOLDER",
+            "AIRFLOW__CORE__PLUGINS_FOLDER",
+            "SPARK_WEBDATASET_DATASETS",
+        ):
             assert env[key].startswith(IMAGE_REPO + "/"), key
-            assert (REPO / env[key][len(IMAGE_REPO) + 1 :]).is_dir(), f"{key}: {env[key]} is no folder of the repository"
+            assert (REPO / env[key][len(IMAGE_REPO) + 1 :]).is_dir(), (
+                f"{key}: {env[key]} is no folder of the repository"
+            )
         data_volumes = [v for v in SERVICES[name]["volumes"] if v.startswith("data:")]
         assert data_volumes == [f"data:{env['SPARK_WEBDATASET_DATA']}"], name
     assert f"WORKDIR {IMAGE_REPO}\n" in DOCKERFILE
@@ -124,25 +145,41 @@ def test_ports_and_hosts_line_up() -> None:
     assert f"http://localhost:{health}/health" in healthcheck(SERVICES["airflow-scheduler"])
     # Postgres: the URLs name the service's user, password and database; sync and async drivers pinned
     postgres = environment(SERVICES["postgres"])
-    for key, driver in (("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "psycopg2"), ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC", "asyncpg")):
+    for key, driver in (
+        ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "psycopg2"),
+        ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC", "asyncpg"),
+    ):
         url = urlsplit(env[key])
         assert url.scheme == f"postgresql+{driver}" and (url.hostname, url.port) == ("postgres", 5432), key
-        assert (url.username, url.password, url.path) == (postgres["POSTGRES_USER"], postgres["POSTGRES_PASSWORD"], "/" + postgres["POSTGRES_DB"])
+        assert (url.username, url.password, url.path) == (
+            postgres["POSTGRES_USER"],
+            postgres["POSTGRES_PASSWORD"],
+            "/" + postgres["POSTGRES_DB"],
+        )
     # Spark: the master's ports are spark_cluster.sh's defaults, published; the connection points at it
     cluster = (REPO / "scripts" / "spark_cluster.sh").read_text()
     master = environment(SERVICES["spark-master"])
     for variable in ("SPARK_MASTER_PORT", "SPARK_MASTER_WEBUI_PORT"):
         default = re.search(rf"\${{{variable}:-(\d+)}}", cluster)[1]
-        assert master[variable] == default and f"{default}:{default}" in SERVICES["spark-master"]["ports"], variable
+        assert master[variable] == default and f"{default}:{default}" in SERVICES["spark-master"]["ports"], (
+            variable
+        )
     for name in ("spark-master", "spark-worker"):
         for variable in environment(SERVICES[name]):
-            if variable.startswith("SPARK_") and variable not in ("SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME", "SPARK_WEBDATASET_DATA", "SPARK_WEBDATASET_DATASETS"):
+            if variable.startswith("SPARK_") and variable not in (
+                "SPARK_LOCAL_IP",
+                "SPARK_LOCAL_HOSTNAME",
+                "SPARK_WEBDATASET_DATA",
+                "SPARK_WEBDATASET_DATASETS",
+            ):
                 assert variable in cluster, f"{name}: spark_cluster.sh does not read {variable}"
     worker = environment(SERVICES["spark-worker"])
     spark_url = f"spark://{worker['SPARK_MASTER_HOST']}:{master['SPARK_MASTER_PORT']}"
     assert SERVICES["spark-master"]["hostname"] == master["SPARK_MASTER_HOST"] == worker["SPARK_MASTER_HOST"]
     assert spark_url in env["AIRFLOW_CONN_SPARK_DEFAULT"]
-    assert f"http://{master['SPARK_MASTER_HOST']}:{master['SPARK_MASTER_WEBUI_PORT']}/" in " ".join(healthcheck(SERVICES["spark-worker"]))
+    assert f"http://{master['SPARK_MASTER_HOST']}:{master['SPARK_MASTER_WEBUI_PORT']}/" in " ".join(
+        healthcheck(SERVICES["spark-worker"])
+    )
     # executors call the driver back by the scheduler's name; the worker is reached by its own
     assert env["SPARK_LOCAL_HOSTNAME"] == SERVICES["airflow-scheduler"]["hostname"]
     assert worker["SPARK_LOCAL_HOSTNAME"] == SERVICES["spark-worker"]["hostname"]
@@ -162,12 +199,14 @@ def _airflow_defaults() -> dict:
 
     return {
         "api_port": int(conf.get_default_value("api", "port")),
-        "scheduler_health_port": int(conf.get_default_value("scheduler", "scheduler_health_check_server_port")),
+        "scheduler_health_port": int(
+            conf.get_default_value("scheduler", "scheduler_health_check_server_port")
+        ),
     }
 
 
 def test_the_image_installs_the_package_pinned_and_not_editable() -> None:
-    assert re.search(r"^FROM python:3\.\d+-slim-bookworm$", DOCKERFILE, re.M)
+    assert re.search(r"^FROM python:3\.\d+-slim-bookworm$", DOCKERFILE, re.MULTILINE)
     assert re.search(r"apt-get install[^\n]*openjdk-17-jre-headless", DOCKERFILE)
     [install] = re.findall(r"pip install ([^&]*)", DOCKERFILE.replace("\\\n", " "))
     words = install.split()
