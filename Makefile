@@ -25,7 +25,7 @@ test: env
 	source scripts/airflow_env.sh && $(PY) -m pytest -ra --cov --cov-report=term $(PYTEST_ARGS)
 
 bench: env  # each prints a table and writes bench/results/<name>.json
-	source scripts/airflow_env.sh && for b in write_throughput validate_throughput read_throughput gcs_upload_throughput cluster_scaling commit_scaling; do \
+	source scripts/airflow_env.sh && for b in write_throughput validate_throughput read_throughput gcs_upload_throughput cluster_scaling commit_scaling stream_throughput; do \
 	  $(PY) bench/$$b.py || exit 1; done
 
 clean:
