@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
-import os
+import tarfile
 from pathlib import Path
 
 import google_crc32c
@@ -48,3 +49,14 @@ def assert_version_consistent(
     else:
         assert not staging.exists()
     return document
+
+
+def tar_by_tarfile(members: list[tuple[str, bytes]], form: int = tarfile.USTAR_FORMAT) -> bytes:
+    """A tar written by Python's tarfile: the reference other tools' shards look like."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=form) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()

@@ -19,6 +19,7 @@ from typing import BinaryIO
 import pyarrow as pa
 import pytest
 
+from helpers import tar_by_tarfile
 from spark_webdataset.errors import TarFormatError
 from spark_webdataset.format import ustar
 from spark_webdataset.format.encode import encode_column
@@ -101,16 +102,6 @@ def ours(rows: list[tuple[str, dict[str, bytes]]], fields: list[str], tmp_path: 
     return path.read_bytes()
 
 
-def by_tarfile(members: list[tuple[str, bytes]], form: int = tarfile.USTAR_FORMAT) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=form) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
 # -- valid tars: the same rows ----------------------------------------------------------------
 
 
@@ -148,16 +139,16 @@ def test_long_names_by_pax_and_gnu_hand_over_mid_shard() -> None:
     short = [(f"k{i:04d}.txt", b"%d" % i) for i in range(300)]
     long_key = "long/" + "n" * 150
     for form in (tarfile.PAX_FORMAT, tarfile.GNU_FORMAT):
-        data = by_tarfile(short + [(long_key + ".txt", b"L"), (long_key + ".cls", b"7"), ("z.txt", b"z")], form)
+        data = tar_by_tarfile(short + [(long_key + ".txt", b"L"), (long_key + ".cls", b"7"), ("z.txt", b"z")], form)
         found, error = agree(data, ["txt", "cls"])
         assert error is None and found[-2:] == [(long_key, b"L", b"7"), ("z", b"z", None)]
-    data = by_tarfile([("ключ.txt", b"x"), ("ключ.cls", b"1")], tarfile.PAX_FORMAT)
+    data = tar_by_tarfile([("ключ.txt", b"x"), ("ключ.cls", b"1")], tarfile.PAX_FORMAT)
     assert agree(data, ["txt", "cls"]) == ([("ключ", b"x", b"1")], None)
 
 
 def test_a_tar_written_by_tarfile() -> None:
     members = [(f"{i:06d}.{f}", os.urandom(i * 37 % 3000)) for i in range(400) for f in ("jpg", "cls")]
-    found, error = agree(by_tarfile(members), ["jpg", "cls"])
+    found, error = agree(tar_by_tarfile(members), ["jpg", "cls"])
     assert error is None and len(found) == 400
 
 
@@ -250,7 +241,7 @@ def test_spark_reads_a_tar_the_fast_path_hands_over_mid_shard(spark, tmp_path: P
     long_key = "p" * 120
     members = [(f"k{i:04d}.{f}", b"%d" % i) for i in range(500) for f in ("cls", "txt")]
     members += [(long_key + ".cls", b"42"), ("z.cls", b"7"), ("z.txt", b"zz")]
-    (tmp_path / "shard-000000.tar").write_bytes(by_tarfile(members, tarfile.PAX_FORMAT))
+    (tmp_path / "shard-000000.tar").write_bytes(tar_by_tarfile(members, tarfile.PAX_FORMAT))
     df = spark.read.format("webdataset").schema("__key__ string, cls int").load(str(tmp_path / "shard-000000.tar"))
     got = [(row["__key__"], row["cls"]) for row in df.collect()]
     assert got == [(f"k{i:04d}", i) for i in range(500)] + [(long_key, 42), ("z", 7)]

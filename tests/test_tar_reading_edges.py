@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import tar_by_tarfile
 from spark_webdataset.errors import TarFormatError
 from spark_webdataset.format import ustar
 from spark_webdataset.format.names import key_error
@@ -42,16 +43,6 @@ def with_field(header: bytes, start: int, raw: bytes) -> bytes:
     block[148:156] = b" " * 8
     block[148:156] = b"%06o\0 " % sum(block)
     return bytes(block) + header[ustar.BLOCK :]
-
-
-def tar_by_tarfile(members: list[tuple[str, bytes]], form: int = tarfile.USTAR_FORMAT) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=form) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
 
 
 def samples(data: bytes, fields: set[str] | None = None) -> list:
