@@ -22,6 +22,7 @@ run: env
 
 test: env
 	scripts/ensure_browser.sh  # chromium + chromedriver for the WebDataset view's browser test
+	scripts/ensure_postgres.sh  # PostgreSQL for the compose stack's native test (tests/test_airflow_postgres.py)
 	source scripts/airflow_env.sh && $(PY) -m pytest -ra --cov --cov-report=term $(PYTEST_ARGS)
 
 bench: env  # each prints a table and writes bench/results/<name>.json
