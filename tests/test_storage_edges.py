@@ -156,3 +156,34 @@ def test_gcs_crc32c_below_is_the_servers_by_relative_path_and_delete_tree_takes_
     storage.delete_tree(job)  # several deletes at once
     assert storage.crc32c_below(job) == {}
     assert storage.exists(sibling)
+
+
+def test_files_land_while_another_job_removes_the_empty_parent(tmp_path: Path) -> None:
+    """The race two overlapping writers ran into: one job's `remove_empty_dir(_staging)` between
+    another's mkdir of `_staging/` and of `_staging/<job>/` (seen as a writer failing to start).
+    A real thread removes the empty parent every millisecond while files are created below it."""
+    import threading
+
+    storage = LocalStorage()
+    parent = tmp_path / "_staging"
+    stop = threading.Event()
+
+    def remove_empty_parent() -> None:
+        while not stop.is_set():
+            storage.remove_empty_dir(str(parent))
+            time.sleep(0.001)
+
+    remover = threading.Thread(target=remove_empty_parent)
+    remover.start()
+    try:
+        for number in range(400):
+            job = parent / f"job{number}"
+            storage.write_atomic(str(job / "_lease.json"), b"{}")
+            with storage.open_write(str(job / "p0" / "000000.tar")) as stream:
+                stream.write(b"x")
+            storage.rename(str(job / "p0" / "000000.tar"), str(job / "final" / "shard.tar"))
+            assert (job / "final" / "shard.tar").read_bytes() == b"x"
+            storage.delete_tree(str(job))
+    finally:
+        stop.set()
+        remover.join()

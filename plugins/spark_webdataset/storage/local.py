@@ -7,10 +7,12 @@ import fcntl
 import os
 import shutil
 import uuid
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator, TypeVar
 
 from ..errors import PreconditionFailed, StorageError
 from .base import Storage
+
+T = TypeVar("T")
 
 
 def local_path(uri: str) -> str:
@@ -35,8 +37,7 @@ class LocalStorage(Storage):
 
     def open_write(self, path: str) -> BinaryIO:
         path = local_path(path)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        return open(path, "wb", buffering=1 << 20)
+        return _in_new_dir(os.path.dirname(path), lambda: open(path, "wb", buffering=1 << 20))
 
     def open_read(self, path: str) -> BinaryIO:
         try:
@@ -88,18 +89,20 @@ class LocalStorage(Storage):
 
     def rename(self, source: str, target: str) -> None:
         target = local_path(target)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.replace(local_path(source), target)
+        _in_new_dir(os.path.dirname(target), lambda: os.replace(local_path(source), target))
 
     def _write_temp(self, path: str, data: bytes) -> str:
         directory = os.path.dirname(path) or "."
-        os.makedirs(directory, exist_ok=True)
         temp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-        with open(temp, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        return temp
+
+        def write() -> str:
+            with open(temp, "wb") as stream:
+                stream.write(data)
+                stream.flush()
+                os.fsync(stream.fileno())
+            return temp
+
+        return _in_new_dir(directory, write)
 
     def write_atomic(self, path: str, data: bytes) -> None:
         path = local_path(path)
@@ -156,3 +159,19 @@ class LocalStorage(Storage):
                 return False
             self.delete(path)
             return True
+
+
+_CREATE_ATTEMPTS = 10
+
+
+def _in_new_dir(directory: str, create: Callable[[], T]) -> T:
+    """Make `directory`, then `create` something in it. Another job may remove an empty parent
+    meanwhile (`remove_empty_dir` of `_staging/` when its own staging is gone): make it again."""
+    for attempt in range(_CREATE_ATTEMPTS):
+        try:
+            os.makedirs(directory, exist_ok=True)
+            return create()
+        except FileNotFoundError:
+            if attempt == _CREATE_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
