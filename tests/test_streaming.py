@@ -199,3 +199,23 @@ def test_exactly_once_after_the_driver_is_killed_mid_batch_and_between_commit_an
     assert sorted(_read_keys(spark, version)) == expected  # every row, each once
     assert assert_version_consistent(version, live_stream=True)["samples"] == len(expected)
     assert cli(["validate", str(version), "--quiet", "--workers", "1"]) == 0
+
+
+def test_a_stream_to_gcs_commits_its_batches_once(spark, bucket, tmp_path) -> None:
+    """The same commit on gs:// (compare-and-swap by generation, server crc32c checked): two
+    micro-batches, then a run with nothing new commits nothing."""
+    from spark_webdataset.layout import Version
+
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    version = f"{bucket}/stream/versions/v"
+    source.mkdir()
+    _add_file(source, "0.json", _keys(0, 30))
+    _add_file(source, "1.json", _keys(30, 20))
+    for _ in range(2):
+        query = stream(spark, str(source), version, str(checkpoint), {"maxSamplesPerShard": "25"}, available_now=True)
+        query.awaitTermination()
+        committed = Version.at(version).read_manifest()
+        assert committed is not None and committed.run["streams"] == {str(checkpoint): 1}
+        assert committed.run["commits"] == 2 and committed.samples == 50
+    keys = [row[0] for row in spark.read.format("webdataset").load(version).select("__key__").collect()]
+    assert sorted(keys) == _keys(0, 50)

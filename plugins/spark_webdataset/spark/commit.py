@@ -256,7 +256,7 @@ def commit_job(
             key_run = _merge_keys(version, writer, messages, existing)
             lock.renew()
             journal = _plan(version, writer, messages, existing, key_run, stream)
-            _check_uploads(version, writer, journal)
+            _check_uploads(version, writer, messages, journal)
             version.storage.write_atomic(version.journal_uri, journal.to_json())
             decided = True
             _apply(version, journal, lock, token, fresh=True, between=_test_fault(writer))
@@ -404,21 +404,28 @@ def _plan(
     return Journal(writer.job_id, writer.overwrite, renames, manifest.to_json())
 
 
-def _check_uploads(version: Version, writer: "WebDatasetWriter", journal: Journal) -> None:
-    """End-to-end integrity at the cost of one listing: every staged shard's server-side crc32c
-    (gs://) must be the crc32c its task computed over the bytes it wrote. A mismatch fails the
-    commit before anything is decided; the staged files go with the job."""
+def _check_uploads(
+    version: Version, writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessage"], journal: Journal
+) -> None:
+    """End-to-end integrity at the cost of one listing per job directory the tasks staged in: every
+    staged shard's server-side crc32c (gs://) must be the crc32c its task computed over the bytes it
+    wrote. A mismatch fails the commit before anything is decided; the staged files go with the job."""
     storage = version.storage
-    stored = storage.crc32c_below(writer.staging_root)
-    if stored is None:
-        return  # local files: the server keeps no checksum, and reading them again is validation's job
-    root = writer.staging_root.rstrip("/") + "/"
+    # a batch write's tasks stage below the writer's job; a stream's below the job of the writer
+    # Spark pickled for its tasks, which is not the committing one
+    roots = sorted({message.staging.rsplit("/", 1)[0] for message in messages} | {writer.staging_root})
+    stored: dict[str, str | None] = {}
+    for root in roots:
+        below = storage.crc32c_below(root)
+        if below is None:
+            return  # local files: the server keeps no checksum, and reading them again is validation's job
+        stored.update({f"{root.rstrip('/')}/{relative}": crc for relative, crc in below.items()})
     written = {shard.name: shard.crc32c for shard in Manifest.from_json(journal.manifest).shards}
     for staged, final in journal.renames:
         if final not in written:
             continue  # the key run: not a shard
         path = version.path(staged)
-        server = stored.get(path[len(root) :]) if path.startswith(root) else None
+        server = stored.get(path)
         if server != written[final]:
             raise ChecksumMismatch(
                 f"{version.uri}: shard {final} (staged as {path}) has crc32c {server} on the server, but the "
