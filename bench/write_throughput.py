@@ -52,10 +52,12 @@ from common import (  # sets sys.path and the environment Spark's workers need
     MIB,
     REPO,
     NoopDataSource,
+    ProfiledWebDataset,
     RssSampler,
     arrow_confs,
     busy_seconds,
     local_spark,
+    merged_profile,
     parse_size,
     random_batch,
     random_rows,
@@ -237,7 +239,7 @@ def start_spark(args: argparse.Namespace) -> SparkSession:
         args.workdir,
         args.driver_memory,
         confs={"spark.sql.shuffle.partitions": str(args.partitions)},
-        sources=[NoopDataSource],
+        sources=[NoopDataSource, ProfiledWebDataset],
     )
 
 
@@ -435,6 +437,37 @@ def run_memory(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+# -- the webdataset writer profiled in its Python workers --------------------------------
+
+
+def run_profile(spark: SparkSession, args: argparse.Namespace, name: str, rows: int, sample_bytes: int) -> dict[str, Any]:
+    """One write of the case's cached DataFrame by format("webdataset_profiled") (common.py):
+    every task's `write` under cProfile in its Python worker; the merged top functions by own time."""
+    df, payload, _ = cache(random_frame(spark, rows, sample_bytes, args.partitions))
+    directory = os.path.join(args.workdir, f"profile-{name}")
+    profiles = os.path.join(args.workdir, f"profile-{name}-prof")
+    for attempt in range(2):  # the first warms the workers up; its profiles are dropped
+        shutil.rmtree(profiles, ignore_errors=True)
+        shutil.rmtree(directory, ignore_errors=True)
+        t0 = time.perf_counter()
+        (
+            df.write.format("webdataset_profiled")
+            .option("maxShardBytes", str(args.max_shard_bytes))
+            .option("profileDir", profiles)
+            .option("profileClock", args.profile_clock)
+            .mode("overwrite")
+            .save(directory)
+        )
+        elapsed = time.perf_counter() - t0
+    df.unpersist(blocking=True)
+    shutil.rmtree(directory, ignore_errors=True)
+    top = merged_profile(profiles, args.profile_top)
+    print(f"\n== profile {name}: {rows} x {sample_bytes} B, {elapsed:.2f} s under cProfile; top by own {args.profile_clock} time:")
+    for entry in top:
+        print(f"   {entry['tottime_s']:8.3f} s own {entry['cumtime_s']:8.3f} s cum {entry['calls']:>8}  {entry['function']}")
+    return {"case": name, "rows": rows, "sample_bytes": sample_bytes, "payload_bytes": payload, "seconds": elapsed, "top": top}
+
+
 # -- the format core alone -------------------------------------------------------
 
 
@@ -595,6 +628,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--max-attempts", type=int, default=4, help="tries per run to get a clean one")
     parser.add_argument("--skip-core", action="store_true")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="only profile: one write per case with every task's write() under cProfile in its worker",
+    )
+    parser.add_argument("--profile-top", type=int, default=25, help="functions listed per profile")
+    parser.add_argument(
+        "--profile-clock", choices=("cpu", "wall"), default="cpu", help="what the profile counts (default cpu)"
+    )
     parser.add_argument("--driver-memory", default="10g")
     parser.add_argument("--tmp", default="/tmp", help="parent of the temporary work directory")
     parser.add_argument("--output", default=str(REPO / "bench" / "results" / "write_throughput.json"))
@@ -640,6 +682,16 @@ def main(argv: list[str] | None = None) -> int:
         spark = start_spark(args)
         results["confs"] = arrow_confs(spark)
         print(f"work dir {args.workdir}; confs {results['confs']}", flush=True)
+        if args.profile:
+            results["profiles"] = [
+                run_profile(spark, args, case, *cases[case]) for case in [c for c in args.cases.split(",") if c]
+            ]
+            spark.stop()
+            output = Path(args.output).with_name("write_profile.json")
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(json.dumps(results, indent=2, default=str) + "\n")
+            print(f"results: {output}")
+            return 0
         for case in [c for c in args.cases.split(",") if c]:
             rows, sample_bytes = cases[case]
             results["cases"].append(run_case(spark, args, case, rows, sample_bytes, writers))

@@ -12,7 +12,9 @@ one batch plus what the kernels build from it.
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
+import os
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Sequence
 
@@ -37,6 +39,8 @@ log = logging.getLogger(__name__)
 # Above this mean member size, per-member writes cost less than copying.
 DIRECT_WRITE_MEMBER_BYTES = 32 * 1024
 MIN_SHARD_BYTES = ustar.BLOCK + len(ustar.END_OF_ARCHIVE)
+GROUP_BYTES = 1 << 20  # pieces hashed, then written, together (see _HashingSink.write_pieces)
+_IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 
 
 @dataclass(frozen=True)
@@ -53,11 +57,44 @@ class ShardInfo:
     sha256: str | None = None  # only with checksum="sha256"
 
 
+def _file_descriptor(stream: BinaryIO) -> int | None:
+    """The descriptor of a plain local file (a FileIO, or a BufferedWriter over one), else None.
+
+    The sink then writes through the descriptor itself: a BufferedWriter
+    copies every payload under its buffer size (1 MiB) into that buffer
+    first; in the Spark workers' profiles of 100 KiB samples that copy cost
+    as much as the kernel's own. The stream's buffer is flushed once here
+    and never used again.
+    """
+    raw = stream.raw if isinstance(stream, io.BufferedWriter) else stream
+    if not isinstance(raw, io.FileIO) or raw.closed:
+        return None
+    stream.flush()
+    return raw.fileno()
+
+
+def _write_all(fd: int, pieces: Sequence[bytes | np.ndarray]) -> None:
+    """os.writev of `pieces` (bytes or 1-D uint8 arrays), IOV_MAX at a time, resumed after a short write."""
+    pieces = list(pieces)
+    start = 0
+    while start < len(pieces):
+        group = pieces[start : start + _IOV_MAX]
+        written = os.writev(fd, group)
+        for piece in group:
+            if written < len(piece):
+                pieces[start] = memoryview(piece)[written:]
+                break
+            written -= len(piece)
+            start += 1
+
+
 class _HashingSink:
     """Counts what goes to the shard's stream and takes its crc32c (and sha256 if asked).
 
     `data` is bytes or a 1-D uint8 numpy array: both go to the crc32c in
-    place (google_crc32c copies a memoryview first).
+    place (google_crc32c copies a memoryview first). A local file is written
+    through its descriptor with os.writev, many pieces a call, copied by the
+    kernel only (see `_file_descriptor`).
     """
 
     def __init__(self, stream: BinaryIO, sha256: bool = False) -> None:
@@ -65,13 +102,45 @@ class _HashingSink:
         self.crc = 0
         self.digest = hashlib.sha256() if sha256 else None
         self.size = 0
+        self._fd = _file_descriptor(stream)
 
     def write(self, data: bytes | np.ndarray) -> None:
-        self.crc = crc32c_extend(self.crc, data)
-        if self.digest is not None:
-            self.digest.update(data)
-        self.stream.write(data)
-        self.size += len(data)
+        if isinstance(data, np.ndarray) and len(data) > GROUP_BYTES:  # a batch of small members, joined
+            self.write_pieces([data[at : at + GROUP_BYTES] for at in range(0, len(data), GROUP_BYTES)])
+        else:
+            self.write_pieces((data,))
+
+    def write_pieces(self, pieces: Sequence[bytes | np.ndarray]) -> None:
+        """Write `pieces` in order, as one stream of bytes.
+
+        A group of about GROUP_BYTES is hashed and then written while it is
+        still in the CPU cache (hashing a whole batch first, then writing it,
+        read every byte from memory twice: slower in the Spark workers).
+        """
+        crc = self.crc
+        digest = self.digest
+        group_start = 0
+        group_bytes = 0
+        for index, piece in enumerate(pieces):
+            crc = crc32c_extend(crc, piece)
+            if digest is not None:
+                digest.update(piece)
+            group_bytes += len(piece)
+            if group_bytes >= GROUP_BYTES:
+                self._emit(pieces[group_start : index + 1])
+                self.size += group_bytes
+                group_start, group_bytes = index + 1, 0
+        if group_start < len(pieces):
+            self._emit(pieces[group_start:])
+            self.size += group_bytes
+        self.crc = crc
+
+    def _emit(self, pieces: Sequence[bytes | np.ndarray]) -> None:
+        if self._fd is not None:
+            _write_all(self._fd, pieces)
+        else:
+            for piece in pieces:
+                self.stream.write(piece)
 
 
 @dataclass
@@ -252,15 +321,22 @@ class ShardWriter:
         zeros = self._zeros
 
         def emit(start: int, stop: int, sink: _HashingSink) -> None:
-            for row in range(start, stop):
-                for (offsets, data), present, (header_rows, sizes) in zip(parts, valid, headers):
-                    if not present[row]:
-                        continue
-                    sink.write(header_rows[row])
-                    sink.write(data[offsets[row] : offsets[row + 1]])
-                    pad = -int(sizes[row]) % ustar.BLOCK
-                    if pad:
-                        sink.write(zeros[:pad])
+            # Views into the Arrow buffers and the header rows, handed to the sink together: no copy.
+            fields = [
+                (header_rows, data, offsets[start : stop + 1].tolist(), (-sizes[start:stop] % ustar.BLOCK).tolist(),
+                 present[start:stop].tolist())
+                for (offsets, data), present, (header_rows, sizes) in zip(parts, valid, headers)
+            ]  # fmt: skip
+            pieces: list[np.ndarray] = []
+            add = pieces.append
+            for index in range(stop - start):
+                for header_rows, data, ends, pads, present in fields:
+                    if present[index]:
+                        add(header_rows[start + index])
+                        add(data[ends[index] : ends[index + 1]])
+                        if pads[index]:
+                            add(zeros[: pads[index]])
+            sink.write_pieces(pieces)
 
         return emit
 
