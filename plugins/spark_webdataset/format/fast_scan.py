@@ -62,7 +62,8 @@ def header_faults(headers: np.ndarray) -> np.ndarray:
     """
     stored = headers[:, 148:154] - np.uint8(48)
     faults = (stored > 7).any(axis=1) | (headers[:, 154] != 0) | (headers[:, 155] != 32)
-    computed = headers.sum(axis=1, dtype=np.int64) - headers[:, 148:156].sum(axis=1, dtype=np.int64) + 256
+    # uint32 holds a header's byte sum (at most 512 * 255) and numpy sums uint8 into it twice as fast as into int64
+    computed = headers.sum(axis=1, dtype=np.uint32).astype(np.int64) - headers[:, 148:156].sum(axis=1, dtype=np.int64) + 256
     faults |= stored.astype(np.int64) @ _CHECKSUM_WEIGHTS != computed
     types = headers[:, 156]
     faults |= ~((types == 48) | (types == 0) | (types == 55))
