@@ -256,7 +256,7 @@ def commit_job(
             key_run = _merge_keys(version, writer, messages, existing)
             lock.renew()
             journal = _plan(version, writer, messages, existing, key_run, stream)
-            _check_uploads(version, writer, messages, journal)
+            _check_uploads(version, messages, journal)
             version.storage.write_atomic(version.journal_uri, journal.to_json())
             decided = True
             _apply(version, journal, lock, token, fresh=True, between=_test_fault(writer))
@@ -404,16 +404,14 @@ def _plan(
     return Journal(writer.job_id, writer.overwrite, renames, manifest.to_json())
 
 
-def _check_uploads(
-    version: Version, writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessage"], journal: Journal
-) -> None:
+def _check_uploads(version: Version, messages: list["WebDatasetCommitMessage"], journal: Journal) -> None:
     """End-to-end integrity at the cost of one listing per job directory the tasks staged in: every
     staged shard's server-side crc32c (gs://) must be the crc32c its task computed over the bytes it
     wrote. A mismatch fails the commit before anything is decided; the staged files go with the job."""
     storage = version.storage
     # a batch write's tasks stage below the writer's job; a stream's below the job of the writer
     # Spark pickled for its tasks, which is not the committing one
-    roots = sorted({message.staging.rsplit("/", 1)[0] for message in messages} | {writer.staging_root})
+    roots = sorted({message.staging.rsplit("/", 1)[0] for message in messages})
     stored: dict[str, str | None] = {}
     for root in roots:
         below = storage.crc32c_below(root)

@@ -93,17 +93,18 @@ class KeyRange:
 
     def mask(self, keys: "pyarrow.Array") -> "pyarrow.Array":  # noqa: F821
         """Which of these keys are in the range (vectorized)."""
-        import pyarrow as pa
+        import functools
+
         import pyarrow.compute as pc
 
-        inside = pa.array([True] * len(keys), pa.bool_())
+        conditions = []  # a KeyRange is built only when limited: at least one
         if self.minimum is not None:
-            inside = pc.and_(inside, pc.greater_equal(keys, self.minimum))
+            conditions.append(pc.greater_equal(keys, self.minimum))
         if self.maximum is not None:
-            inside = pc.and_(inside, pc.less_equal(keys, self.maximum))
+            conditions.append(pc.less_equal(keys, self.maximum))
         if self.prefix is not None:
-            inside = pc.and_(inside, pc.starts_with(keys, self.prefix))
-        return inside
+            conditions.append(pc.starts_with(keys, self.prefix))
+        return functools.reduce(pc.and_, conditions)
 
 
 def _expand_braces(pattern: str) -> list[str]:

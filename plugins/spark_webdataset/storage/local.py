@@ -166,12 +166,13 @@ _CREATE_ATTEMPTS = 10
 
 def _in_new_dir(directory: str, create: Callable[[], T]) -> T:
     """Make `directory`, then `create` something in it. Another job may remove an empty parent
-    meanwhile (`remove_empty_dir` of `_staging/` when its own staging is gone): make it again."""
+    meanwhile (`remove_empty_dir` of `_staging/` when its own staging is gone): make it again.
+    Any other missing file (a rename's source) raises at once."""
     for attempt in range(_CREATE_ATTEMPTS):
         try:
             os.makedirs(directory, exist_ok=True)
             return create()
         except FileNotFoundError:
-            if attempt == _CREATE_ATTEMPTS - 1:
+            if attempt == _CREATE_ATTEMPTS - 1 or os.path.isdir(directory):
                 raise
     raise AssertionError("unreachable")
