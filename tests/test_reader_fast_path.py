@@ -245,3 +245,20 @@ def test_spark_reads_a_tar_the_fast_path_hands_over_mid_shard(spark, tmp_path: P
     df = spark.read.format("webdataset").schema("__key__ string, cls int").load(str(tmp_path / "shard-000000.tar"))
     got = [(row["__key__"], row["cls"]) for row in df.collect()]
     assert got == [(f"k{i:04d}", i) for i in range(500)] + [(long_key, 42), ("z", 7)]
+
+
+def test_our_shards_and_tarfiles_stay_on_the_fast_path(tmp_path: Path, monkeypatch) -> None:
+    """The speed-up is only real if ordinary tars never hand over: with the exact parser gone,
+    our shards and tarfile's (every chunk size) still read whole."""
+    from spark_webdataset.format import fast_scan
+
+    def no_handover(*args, **kwargs):
+        raise AssertionError("the fast path handed over to the exact parser")
+
+    monkeypatch.setattr(fast_scan, "_exact", no_handover)
+    rows = [(f"k{i:03d}", {"bin": os.urandom(i * 211 % 5000), "cls": b"%d" % i}) for i in range(300)]
+    members = [(f"{i:06d}.{f}", os.urandom(i * 37 % 3000)) for i in range(400) for f in ("jpg", "cls")]
+    for data, count in ((ours(rows, ["bin", "cls"], tmp_path), 300), (tar_by_tarfile(members), 400)):
+        for chunk in CHUNKS:
+            found, error = fast(io.BytesIO(data), ["cls"], chunk)
+            assert error is None and len(found) == count, chunk

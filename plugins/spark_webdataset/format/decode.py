@@ -46,8 +46,6 @@ def _naive_timestamp(data: bytes) -> datetime.datetime:
     return datetime.datetime.fromisoformat(data.decode("ascii").strip().rstrip("Z"))
 
 
-
-
 def _base64(value: Any) -> bytes:
     if not isinstance(value, str):
         raise ValueError(f"{value!r} is not base64 text")

@@ -29,6 +29,7 @@ from typing import BinaryIO, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from .names import USTAR_NAME_BYTES
 from .sample_reader import iter_samples
 from .ustar import BLOCK, padding
 
@@ -39,7 +40,6 @@ FALLBACK_BYTES = 32 << 20  # ... or payload bytes
 _SIZE_WEIGHTS = (8 ** np.arange(10, -1, -1)).astype(np.float64)  # exact: sizes < 2**33
 _CHECKSUM_WEIGHTS = 8 ** np.arange(5, -1, -1, dtype=np.int64)
 _USTAR = np.frombuffer(b"ustar", np.uint8)
-_NAME = 100  # bytes of the USTAR name field
 _DOT, _SLASH = 46, 47
 
 
@@ -49,6 +49,10 @@ class SampleBatch:
 
     keys: pa.Array  # string
     columns: dict[str, pa.Array]  # binary
+
+    def filter(self, mask: pa.Array) -> "SampleBatch":
+        """The samples where `mask` is true (a key range), before anything is decoded."""
+        return SampleBatch(self.keys.filter(mask), {name: column.filter(mask) for name, column in self.columns.items()})
 
 
 # -- vectorized header checks (shared with scan.py, the validator's fast path) -------------------
@@ -308,7 +312,7 @@ def _parse(buffer: bytearray, filled: int, eof: bool, wanted: list[str], finishe
     # members here with their padding (the exact parser reads it: a tar cut inside it is truncated)
     complete = int(np.searchsorted(ends + padding(sizes), filled, side="right"))
     faults = header_faults(rows[:complete])
-    lengths, dot, name_faults = split_names(rows[:complete, :_NAME])
+    lengths, dot, name_faults = split_names(rows[:complete, :USTAR_NAME_BYTES])
     faults |= name_faults
     good = int(faults.argmax()) if faults.any() else complete
     handover = good < complete
@@ -332,7 +336,7 @@ def _parse(buffer: bytearray, filled: int, eof: bool, wanted: list[str], finishe
     if samples_n:
         sample_of = np.cumsum(new_key) - 1
         members_n = _members(starts, samples_n, good)
-        codes, distinct = field_values(rows[:members_n, :_NAME], dot[:members_n], lengths[:members_n])
+        codes, distinct = field_values(rows[:members_n, :USTAR_NAME_BYTES], dot[:members_n], lengths[:members_n])
         repeated = _repeated(codes, sample_of[:members_n])
         if len(repeated):  # a field twice in a sample
             samples_n, handover = int(sample_of[repeated.min()]), True
@@ -352,8 +356,9 @@ def _parse(buffer: bytearray, filled: int, eof: bool, wanted: list[str], finishe
         members_n = _members(starts, samples_n, good)
         payloads = _gappy(buffer, filled, positions[:members_n] + BLOCK, ends[:members_n])
         columns: dict[str, pa.Array] = {}
+        code_of = {value: code for code, value in enumerate(distinct)}
         for name in wanted:
-            code = distinct.index(name.encode()) if name.encode() in distinct else -1
+            code = code_of.get(name.encode(), -1)
             where = np.flatnonzero(codes[:members_n] == code)
             index = np.full(samples_n, -1, dtype=np.int64)
             index[sample_of[where]] = 2 * where

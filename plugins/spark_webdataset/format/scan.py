@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from .checksums import Digests
 from .fast_scan import field_values, header_chain, header_faults, read_full, split_names
-from .names import INVALID_KEY_PATTERN
+from .names import INVALID_KEY_PATTERN, USTAR_NAME_BYTES
 from .ustar import BLOCK
 
 CHUNK_BYTES = 2 << 20  # a multiple of BLOCK; small enough to stay in cache while hashed
@@ -65,8 +65,8 @@ class _Members:
         if header_faults(headers).any():
             raise _NotSure
         # names: only the columns some name uses, plus one NUL column
-        used = np.flatnonzero(headers[:, :100].any(axis=0))
-        names = headers[:, : min(int(used[-1]) + 2 if len(used) else 1, 100)]
+        used = np.flatnonzero(headers[:, :USTAR_NAME_BYTES].any(axis=0))
+        names = headers[:, : min(int(used[-1]) + 2 if len(used) else 1, USTAR_NAME_BYTES)]
         lengths, dot, faults = split_names(names, strict=False)
         if faults.any():
             raise _NotSure

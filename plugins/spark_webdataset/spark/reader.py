@@ -251,6 +251,11 @@ class WebDatasetReader(DataSourceReader):
                 count += rows
                 first_key = batch.keys[0].as_py() if first_key is None else first_key
                 last_key = batch.keys[rows - 1].as_py()
+                if self.options.keys is not None:  # only the range's rows are decoded and sent
+                    batch = batch.filter(self.options.keys.mask(batch.keys))
+                    rows = len(batch.keys)
+                    if not rows:
+                        continue
                 keys: list[str] | None = None  # as Python strings, only to name a value that does not decode
                 arrays = []
                 for field in arrow_schema:
@@ -264,8 +269,7 @@ class WebDatasetReader(DataSourceReader):
                         keys = batch.keys.to_pylist() if keys is None else keys
                         values = batch.columns[field.name].to_pylist()
                         arrays.append(decode_column(values, field.type, field.name, keys))
-                record_batch = pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
-                yield record_batch if self.options.keys is None else record_batch.filter(self.options.keys.mask(batch.keys))
+                yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
         if expected is not None and (count, first_key, last_key) != (
             expected.samples,
             expected.first_key,
