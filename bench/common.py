@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import platform
 import sys
 import threading
@@ -408,7 +409,7 @@ def write_results(path: str | os.PathLike[str], results: dict[str, Any]) -> None
     """The benchmark's JSON (bench/results/<name>.json by default; the folder is gitignored)."""
     os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
     with open(path, "w") as stream:
-        json.dump(results, stream, indent=1)
+        json.dump(results, stream, indent=1, default=str)  # default: Paths and the like as text
     print(f"results: {path}")
 
 
@@ -420,3 +421,30 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         print("  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
         if number == 0:
             print("  ".join("-" * width for width in widths))
+
+
+# -- GCS emulator ---------------------------------------------------------------------------
+
+
+def start_emulator(bucket: str, memory_limit: str | None = None) -> Any:
+    """fake-gcs-server on a free port with `bucket`; every client (and, started before any
+    SparkSession, the JVM's Python workers) pointed at it. `memory_limit` becomes its GOMEMLIMIT."""
+    from gcs_emulator import Emulator  # tests/ (put on sys.path above)
+
+    previous = os.environ.pop("GOMEMLIMIT", None)
+    if memory_limit:
+        os.environ["GOMEMLIMIT"] = memory_limit
+    try:
+        emulator = Emulator()
+    finally:
+        os.environ.pop("GOMEMLIMIT", None)
+        if previous is not None:
+            os.environ["GOMEMLIMIT"] = previous
+    os.environ["STORAGE_EMULATOR_HOST"] = emulator.url
+    emulator.create_bucket(bucket)
+    return emulator
+
+
+def stop_emulator(emulator: Any) -> None:
+    emulator.stop()
+    shutil.rmtree(emulator.root, ignore_errors=True)

@@ -61,6 +61,8 @@ from common import (  # sets sys.path and the environment Spark's workers need
     local_spark,
     parse_size,
     sha_frame,
+    start_emulator,
+    stop_emulator,
 )
 
 import psutil  # noqa: E402
@@ -497,30 +499,6 @@ class MemoryGuard:
         self._thread.join()
 
 
-def start_emulator(memory_limit: str | None) -> Any:
-    """fake-gcs-server; `memory_limit` becomes its GOMEMLIMIT (a soft limit: Go collects harder near it)."""
-    from gcs_emulator import Emulator
-
-    previous = os.environ.pop("GOMEMLIMIT", None)
-    if memory_limit:
-        os.environ["GOMEMLIMIT"] = memory_limit
-    try:
-        emulator = Emulator()
-    finally:
-        os.environ.pop("GOMEMLIMIT", None)
-        if previous is not None:
-            os.environ["GOMEMLIMIT"] = previous
-    # Before any SparkSession: Python workers inherit the JVM's environment.
-    os.environ["STORAGE_EMULATOR_HOST"] = emulator.url
-    emulator.create_bucket(BUCKET)
-    return emulator
-
-
-def stop_emulator(emulator: Any) -> None:
-    emulator.stop()
-    shutil.rmtree(emulator.root, ignore_errors=True)
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     import pyspark
@@ -540,7 +518,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     try:
         if not args.skip_upload:
-            emulator = start_emulator(None)
+            emulator = start_emulator(BUCKET)
             guard = MemoryGuard(emulator, args.min_available_bytes)
             try:
                 results["upload"] = run_uploads(args, emulator, workdir)
@@ -551,7 +529,7 @@ def main(argv: list[str] | None = None) -> None:
             if guard.tripped:
                 raise RuntimeError(guard.tripped)
         if not args.skip_memory:
-            emulator = start_emulator(args.emulator_memory_limit)
+            emulator = start_emulator(BUCKET, args.emulator_memory_limit)
             guard = MemoryGuard(emulator, args.min_available_bytes)
             try:
                 results["memory"] = run_memory(args, workdir, guard)

@@ -80,7 +80,7 @@ def _plugins_dir(argv: list[str]) -> str:
     return str(REPO / "plugins")
 
 
-from common import MB, MIB, busy_seconds, local_spark, random_batch, random_rows, tree_bytes  # noqa: E402
+from common import MB, MIB, busy_seconds, local_spark, random_batch, random_rows, start_emulator, stop_emulator, tree_bytes  # noqa: E402
 
 GCS_BUCKET = "bench-read"
 
@@ -423,16 +423,6 @@ def direct_read(case: dict[str, Any], repeats: int) -> dict[str, Any]:
 # -- gs:// against the emulator -------------------------------------------------
 
 
-def start_emulator() -> Any:
-    """fake-gcs-server on a free port; every client (and the JVM's Python workers) pointed at it."""
-    from gcs_emulator import Emulator  # tests/ (common put it on sys.path)
-
-    emulator = Emulator()
-    os.environ["STORAGE_EMULATOR_HOST"] = emulator.url  # before any SparkSession: workers inherit it
-    emulator.create_bucket(GCS_BUCKET)
-    return emulator
-
-
 def upload_case(name: str, case: dict[str, Any]) -> str:
     """Copy the case's version directory (shards, manifest, marks) to gs://; returns its URI."""
     from spark_webdataset.storage.gcs import client
@@ -579,13 +569,12 @@ def main() -> None:
     import spark_webdataset
 
     print(f"package: {os.path.dirname(spark_webdataset.__file__)}; load {os.getloadavg()}", flush=True)
-    emulator = start_emulator() if "gcs" in parts else None
+    emulator = start_emulator(GCS_BUCKET) if "gcs" in parts else None
     try:
         run_parts(args, cases, parts, emulator)
     finally:
         if emulator is not None:
-            emulator.stop()
-            shutil.rmtree(emulator.root, ignore_errors=True)
+            stop_emulator(emulator)
 
 
 def run_parts(args: argparse.Namespace, cases: dict[str, tuple[int, int]], parts: set[str], emulator: Any) -> None:

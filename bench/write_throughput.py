@@ -63,6 +63,7 @@ from common import (  # sets sys.path and the environment Spark's workers need
     random_rows,
     tree_bytes,
     wait_for_quiet,
+    write_results,
 )
 
 import numpy as np  # noqa: E402
@@ -687,10 +688,7 @@ def main(argv: list[str] | None = None) -> int:
                 run_profile(spark, args, case, *cases[case]) for case in [c for c in args.cases.split(",") if c]
             ]
             spark.stop()
-            output = Path(args.output).with_name("write_profile.json")
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(json.dumps(results, indent=2, default=str) + "\n")
-            print(f"results: {output}")
+            write_results(Path(args.output).with_name("write_profile.json"), results)
             return 0
         for case in [c for c in args.cases.split(",") if c]:
             rows, sample_bytes = cases[case]
@@ -706,10 +704,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(args.workdir, ignore_errors=True)
     print_table(results)
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    print(f"results: {output}")
+    write_results(args.output, results)
     return 0
 
 
