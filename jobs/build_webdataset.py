@@ -1,4 +1,4 @@
-"""spark-submit entry point in a checkout: runs the packaged one (spark_webdataset/entry/build_webdataset.py).
+"""spark-submit entry point in a checkout: the same main() as the packaged spark_webdataset/entry/build_webdataset.py.
 
     spark-submit jobs/build_webdataset.py --help
 
@@ -6,7 +6,9 @@ An installed package needs no checkout: `python -m spark_webdataset.entry build_
 prints the packaged script's path, which is what the DAGs submit.
 """
 
-import runpy
+import sys
+
+from spark_webdataset.build_job import main
 
 if __name__ == "__main__":
-    runpy.run_module("spark_webdataset.entry.build_webdataset", run_name="__main__", alter_sys=True)
+    sys.exit(main())

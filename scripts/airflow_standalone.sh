@@ -6,6 +6,5 @@
 set -euo pipefail
 source "$(dirname "$0")/airflow_env.sh"
 "$REPO/scripts/build_pyfiles.sh" >/dev/null  # for SPARK_WEBDATASET_PY_FILES on a cluster
-"$REPO/scripts/demo_source.sh"
-airflow db migrate >/dev/null
+"$REPO/scripts/airflow_init.sh" >/dev/null  # migrate, and the demo source if missing (as compose's init)
 exec airflow standalone

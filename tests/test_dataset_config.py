@@ -9,6 +9,7 @@ import pytest
 
 from dataset_dags import write_config
 from spark_webdataset.dataset_config import (
+    DatasetConfig,
     DatasetConfigError,
     InvalidDatasetConfigs,
     datasets_folder,
@@ -217,6 +218,8 @@ def test_a_config_gives_its_dag_params_asset_and_spark_settings(tmp_path) -> Non
         "source": "Spark source URI; {ds}, {ds_nodash}, {version} are filled in",
         "source_format": "any Spark format", "key": "column or SQL for each sample's key",
     }  # fmt: skip
+    # from the config's schema, not a second copy: the form says what the YAML field means
+    assert described == {name: DatasetConfig.model_fields[name].description for name in described}
     assert dag.timetable.expression == "0 3 * * *" and dag.catchup is True
     assert dag.start_date == datetime.datetime(2026, 10, 1, tzinfo=datetime.timezone.utc)
     assert dag.tags == {"webdataset", "spark", "images"} and dag.max_active_runs == 1

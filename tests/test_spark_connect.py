@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,21 +19,16 @@ from pathlib import Path
 
 import pytest
 
+from gcs_emulator import free_port
 from helpers import assert_version_consistent, manifest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def connect_url(tmp_path_factory):
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("connect") / "server.log"
     command = [
         str(Path(sys.executable).parent / "spark-submit"),

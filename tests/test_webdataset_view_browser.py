@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from gcs_emulator import free_port
 from webdataset_ui_data import digits_table, published_digits, write_config
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -43,12 +43,6 @@ pytestmark = [
     pytest.mark.timeout(240),
     pytest.mark.slow,  # ~30-45 s: airflow standalone's cold start
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_for(url: str, process: subprocess.Popen, log: Path, seconds: float) -> None:
@@ -75,7 +69,7 @@ def airflow_server(tmp_path):
     write_config(tmp_path / "datasets", "digits", root)
     home = tmp_path / "airflow_home"
     (home / "dags").mkdir(parents=True)
-    port = _free_port()
+    port = free_port()
     repo = Path(__file__).resolve().parents[1]
     env = dict(
         os.environ,

@@ -53,11 +53,6 @@ def parser() -> argparse.ArgumentParser:
 
 def exact_shards(df: "DataFrame", shards: int, order: str, seed: int, rows: int) -> "DataFrame":
     """One partition per shard, by rank: partition i holds ranks [i*rows/shards, (i+1)*rows/shards)."""
-    if type(df.sparkSession).__module__.startswith("pyspark.sql.connect"):
-        raise NeedsClassicSpark(
-            "reshard --shard-multiple ranks rows with the RDD API, which Spark Connect does not offer: "
-            "run jobs/reshard.py with spark-submit (or drop --shard-multiple)"
-        )
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StructField, StructType
 
@@ -78,6 +73,11 @@ def reshard(spark: "SparkSession", args: argparse.Namespace) -> dict:
 
     import spark_webdataset
 
+    if args.shard_multiple and type(spark).__module__.startswith("pyspark.sql.connect"):
+        raise NeedsClassicSpark(  # before a byte is read
+            "reshard --shard-multiple ranks rows with the RDD API, which Spark Connect does not offer: run it "
+            'with spark-submit ("$(python -m spark_webdataset.entry reshard.py)"), or drop --shard-multiple'
+        )
     spark_webdataset.register(spark)
     max_shard_bytes = parse_size_option(args.max_shard_bytes, "--max-shard-bytes")
     version = Dataset(args.output).version(args.version)

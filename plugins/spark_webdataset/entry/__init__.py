@@ -10,6 +10,7 @@ a config's `spark.py_files`), written from the installed files.
 
 from __future__ import annotations
 
+import functools
 import os
 import zipfile
 from importlib.resources import files
@@ -20,6 +21,7 @@ RESHARD = "reshard.py"
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # the oldest a zip can hold: same sources, same bytes
 
 
+@functools.cache  # DAG files call it at every parse; the path does not change in a process
 def script(name: str) -> str:
     """The file-system path of entry script `name` (BUILD_WEBDATASET, RESHARD), for spark-submit.
 
