@@ -1,4 +1,5 @@
-"""Shared checks: what a written version must look like on disk."""
+"""Shared test helpers: what a written version must look like on disk, a reference tar, stopping
+process groups."""
 
 from __future__ import annotations
 
@@ -6,7 +7,11 @@ import base64
 import hashlib
 import io
 import json
+import os
+import signal
+import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import google_crc32c
@@ -60,3 +65,30 @@ def tar_by_tarfile(members: list[tuple[str, bytes]], form: int = tarfile.USTAR_F
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
+
+
+def stop_groups(processes: list[subprocess.Popen], seconds: float = 5) -> None:
+    """TERM the process groups these processes lead (Airflow services, airflow standalone), then
+    KILL the groups still there after `seconds`."""
+
+    def signal_all(sig: int) -> bool:
+        left = False
+        for process in processes:
+            try:
+                os.killpg(process.pid, sig)
+                left = True
+            except ProcessLookupError:
+                pass
+        return left
+
+    signal_all(signal.SIGTERM)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for process in processes:
+            process.poll()  # reap the leaders, so an empty group reads as gone
+        if not signal_all(0):
+            return
+        time.sleep(0.5)
+    signal_all(signal.SIGKILL)
+    for process in processes:
+        process.wait(timeout=30)

@@ -17,7 +17,6 @@ import json
 import os
 import pwd
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import yaml
 
 import compose_stack
 from gcs_emulator import free_ports
+from helpers import stop_groups
 
 REPO = compose_stack.REPO
 DAG_ID = "webdataset__digits"
@@ -137,32 +137,6 @@ def _native_env(name: str, service: dict, addresses: dict[str, str], tmp_path: P
     return env
 
 
-def _stop(processes: list[subprocess.Popen], seconds: float = 5) -> None:
-    """TERM every service's process group, then KILL the groups still there after `seconds`."""
-
-    def signal_all(sig: int) -> bool:
-        left = False
-        for process in processes:
-            try:
-                os.killpg(process.pid, sig)
-                left = True
-            except ProcessLookupError:
-                pass
-        return left
-
-    signal_all(signal.SIGTERM)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        for process in processes:
-            process.poll()  # reap the leaders, so an empty group reads as gone
-        if not signal_all(0):
-            return
-        time.sleep(0.5)
-    signal_all(signal.SIGKILL)
-    for process in processes:
-        process.wait(timeout=30)
-
-
 class Stack:
     """The Airflow services of docker-compose.yaml as native processes on free ports."""
 
@@ -246,7 +220,7 @@ class Stack:
         return "\n".join(parts)
 
     def stop(self) -> None:
-        _stop(list(self.processes.values()))
+        stop_groups(list(self.processes.values()))
 
 
 @pytest.fixture

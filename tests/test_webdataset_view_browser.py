@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from gcs_emulator import free_port
+from helpers import stop_groups
 from webdataset_ui_data import digits_table, published_digits, write_config
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -95,24 +95,7 @@ def airflow_server(tmp_path):
         passwords = home / "simple_auth_manager_passwords.json.generated"
         yield {"base": base, "password": json.loads(passwords.read_text())["admin"], "labels": labels}
     finally:
-        _stop_group(process)
-
-
-def _stop_group(process: subprocess.Popen) -> None:
-    """TERM the session airflow standalone leads (api-server, scheduler, ...), then KILL what is left."""
-    for sig, seconds in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            process.poll()
-            try:
-                os.killpg(process.pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.5)
+        stop_groups([process], seconds=20)
 
 
 @pytest.fixture
