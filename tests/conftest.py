@@ -71,7 +71,11 @@ def spark(gcs_emulator):
         .config("spark.default.parallelism", "2")
         .config("spark.driver.memory", "2g")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.python.worker.reuse", "false")  # each worker exits and saves its coverage
+        # workers are reused (Spark's default; a fresh worker a task cost 3/4 of the reshard tests'
+        # time) and save their coverage after each task (tests/coverage_daemon.py)
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.python.daemon.module", "coverage_daemon")
+        .config("spark.executorEnv.PYTHONPATH", str(REPO / "tests"))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
