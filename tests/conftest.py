@@ -15,6 +15,8 @@ BIN = Path(sys.executable).parent
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Spark JVMs of the tests (this session's and every spark-submit) run short jobs on 2 cores: C1 only, serial GC
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 os.environ["PATH"] = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"  # spark-submit, airflow
 # Airflow reads its configuration when first imported: give the tests their
 # own home and SQLite database, never the developer's airflow_home/.
