@@ -316,6 +316,9 @@ def run_memory(args: argparse.Namespace, workdir: str, guard: "MemoryGuard") -> 
     ]  # fmt: skip
     if args.quick:
         plan = [p for p in plan if "maxRecords" not in p[0]]
+    if args.memory_runs:
+        wanted = args.memory_runs.split(",")
+        plan = [p for p in plan if p[0] in wanted]
     results = []
     for number, (label, fmt, target, overrides) in enumerate(plan):
         if target == "gcs":
@@ -420,6 +423,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="kill the emulator if the machine's available memory drops below this (default 1.5GiB)",
     )
     parser.add_argument("--skip-upload", action="store_true")
+    parser.add_argument(
+        "--memory-runs", default="",
+        help="comma list of the memory part's run labels to do, e.g. 'noop (batches seen),gcs,local' (default all)",
+    )
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--tmp", default="/tmp")
     parser.add_argument("--output", default=str(REPO / "bench" / "results" / "gcs_upload_throughput.json"))
