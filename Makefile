@@ -12,6 +12,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e ".[airflow,gcs,demo,test]"
+	# setuptools leaves a copy of the metadata beside the package, and plugins/ is on sys.path:
+	# Airflow would see the distribution twice and load the view's plugin entry point twice
+	rm -rf plugins/*.egg-info
 	$(PY) scripts/check_env.py
 	touch $@
 

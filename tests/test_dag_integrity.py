@@ -135,19 +135,22 @@ def test_the_dag_processor_keeps_the_good_datasets_scheduled(airflow_db, tmp_pat
 
 
 def test_airflow_loads_its_plugins_without_an_error() -> None:
-    """plugins/ holds the package and plugin files: the plugin manager imports only the plugin files."""
+    """plugins/ holds the package: the plugin manager imports none of its modules as a plugin file, and
+    the view comes once, from the package's entry point (a second copy would be an import error)."""
     probe = (
         "import json, sys\n"
         "from airflow import plugins_manager\n"
         "plugins, errors = plugins_manager._get_plugins()\n"
         "files = sorted(str(p.source.path) for p in plugins if hasattr(p.source, 'path'))\n"
+        "points = sorted(f'{p.source.dist} {p.name}={p.__module__}' for p in plugins if hasattr(p.source, 'entrypoint'))\n"
         "shadowed = sorted(m for m in ('errors', 'layout', 'gcs', 'keys', 'pipeline') if m in sys.modules)\n"
-        "print(json.dumps({'errors': errors, 'files': files, 'shadowed': shadowed}))\n"
+        "print(json.dumps({'errors': errors, 'files': files, 'points': points, 'shadowed': shadowed}))\n"
     )
     env = {**os.environ, "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins")}
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["errors"] == {} and report["shadowed"] == [], report  # no module of the package as a plugin
-    assert all("/" not in path for path in report["files"]), report  # top-level plugin files only
+    assert report["files"] == [], report  # plugins/ is the package's home, not a plugin file's
+    assert report["points"] == ["spark-webdataset webdataset_view=spark_webdataset.ui.plugin"], report
     assert "attempted relative import" not in done.stderr

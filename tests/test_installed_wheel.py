@@ -52,7 +52,9 @@ def build_wheel(tmp_path: Path) -> Path:
 
 
 def fresh_venv(tmp_path: Path, wheel: Path) -> Path:
-    """A new venv holding the wheel, then a .pth line to .venv's site-packages for the dependencies; its python."""
+    """A new venv holding the wheel, then a .pth line to .venv's site-packages for the dependencies
+    (a folder of links to it without this project's editable install, whose metadata would otherwise
+    be a second spark-webdataset with the same entry points); its python."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
@@ -63,8 +65,13 @@ def fresh_venv(tmp_path: Path, wheel: Path) -> Path:
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True, capture_output=True, text=True,
     ).stdout.strip()  # fmt: skip
-    ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    (Path(purelib) / "project_dependencies.pth").write_text("".join(f"{path}\n" for path in sorted(ours)))
+    dependencies = tmp_path / "dependencies"
+    dependencies.mkdir()
+    for site in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
+        for entry in Path(site).iterdir():
+            if not entry.name.startswith(("spark_webdataset", "__editable__")) and not (dependencies / entry.name).exists():
+                (dependencies / entry.name).symlink_to(entry)
+    (Path(purelib) / "project_dependencies.pth").write_text(f"{dependencies}\n")
     return python
 
 
@@ -144,12 +151,16 @@ def test_the_wheel_alone_runs_a_dataset_dag_to_a_published_version(
 
     where = json.loads(run_python(python, ["-c", (
         "import json, sys, spark_webdataset; from spark_webdataset.entry import script, BUILD_WEBDATASET; "
-        "print(json.dumps({'package': spark_webdataset.__file__, 'entry': script(BUILD_WEBDATASET), 'path': sys.path}))"
+        "from airflow import plugins_manager; plugins, errors = plugins_manager._get_plugins(); "
+        "print(json.dumps({'package': spark_webdataset.__file__, 'entry': script(BUILD_WEBDATASET), 'path': sys.path, "
+        "'plugins': [(p.name, str(p.source.dist)) for p in plugins], 'errors': errors}))"
     )], env, elsewhere))  # fmt: skip
     venv = python.parent.parent
     assert Path(where["package"]).is_relative_to(venv), where
     assert Path(where["entry"]).is_relative_to(venv) and Path(where["entry"]).is_file(), where
     assert not any(Path(p).is_relative_to(REPO / "plugins") for p in where["path"] if p), where["path"]
+    # the WebDataset view comes with the wheel (its entry point), the plugins folder being empty
+    assert (where["plugins"], where["errors"]) == ([["webdataset_view", "spark-webdataset"]], {}), where
     # the zip for executors without the package, from the installed files: the checkout's zip, byte for byte
     installed_zip = run_python(python, ["-m", "spark_webdataset.entry", "--pyfiles", "p.zip"], env, elsewhere)
     checkout_zip = subprocess.run(

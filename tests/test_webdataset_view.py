@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import io
 import warnings
-from pathlib import Path
 
 import pytest
 
@@ -19,7 +18,6 @@ with warnings.catch_warnings():
 
 from PIL import Image
 
-from spark_webdataset.publish import publish
 from spark_webdataset.ui import preview as previews
 from spark_webdataset.ui.app import airflow_user, create_app
 from spark_webdataset.ui.summary import check_shard_name
@@ -55,7 +53,7 @@ def world(tmp_path_factory) -> dict:
     return {"client": TestClient(app), "root": root, "labels": table.column("label").to_pylist(), "configs": configs}
 
 
-def test_the_plugin_loads_from_plugins_with_no_import_error() -> None:
+def test_the_plugin_loads_by_its_entry_point_with_no_import_error() -> None:
     from airflow import plugins_manager
 
     plugins, import_errors = plugins_manager._get_plugins()

@@ -1,6 +1,8 @@
 """Airflow plugin: the WebDataset view (datasets, versions, validation, sample previews) in the UI.
 
-Wiring only: the app lives in spark_webdataset.ui (unit-tested there). It is
+Wiring only: the app lives in spark_webdataset.ui.app (unit-tested there).
+Installed with the package, Airflow finds it through the `airflow.plugins` entry
+point (pyproject.toml), so no file is copied into a plugins folder. It is
 mounted in the api-server at /webdataset (pages; JSON under
 /webdataset/api/...) and listed in the UI's navigation as "WebDataset".
 Every route requires a logged-in user through Airflow's auth manager.
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from spark_webdataset.ui.app import create_app
+from .app import create_app
 
 URL_PREFIX = "/webdataset"
 
