@@ -318,6 +318,9 @@ def run_memory(args: argparse.Namespace, workdir: str, guard: "MemoryGuard") -> 
         plan = [p for p in plan if "maxRecords" not in p[0]]
     if args.memory_runs:
         wanted = args.memory_runs.split(",")
+        unknown = sorted(set(wanted) - {p[0] for p in plan})
+        if unknown:
+            raise SystemExit(f"--memory-runs: no run labelled {unknown}; the runs are {[p[0] for p in plan]}")
         plan = [p for p in plan if p[0] in wanted]
     results = []
     for number, (label, fmt, target, overrides) in enumerate(plan):

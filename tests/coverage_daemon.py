@@ -7,12 +7,14 @@ are saved when the task ends instead. Set by conftest as spark.python.daemon.mod
 
 from __future__ import annotations
 
+import socket
+
 import pyspark.daemon as daemon
 
 _task = daemon.worker
 
 
-def _task_then_save(sock, authenticated: bool) -> int:  # type: ignore[no-untyped-def]
+def _task_then_save(sock: socket.socket, authenticated: bool) -> int:
     try:
         return _task(sock, authenticated)
     finally:
