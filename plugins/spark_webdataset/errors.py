@@ -62,6 +62,17 @@ class FieldMismatch(InputError):
     """An append whose fields differ from the version's."""
 
 
+class NestedDatasetRoot(InputError):
+    """A dataset root (or a directory written to) inside another dataset's root or a version directory.
+
+    Raised by `layout.check_dataset_root`; `root` is the refused location and `enclosing` the
+    dataset root or version directory it lies in (or, among configs, the root it holds), when known.
+    """
+
+    root: str | None = None
+    enclosing: str | None = None
+
+
 # -- shards that break the format -------------------------------------------
 
 
@@ -106,6 +117,10 @@ class NotCommitted(VersionError):
 
 class ConcurrentCommit(VersionError):
     """Another writer or publisher changed the version while this commit ran."""
+
+
+class LostCommitLock(ConcurrentCommit):
+    """A committer whose lease ran out and was taken over: it may no longer change the version."""
 
 
 class ManifestChanged(VersionError):

@@ -21,10 +21,12 @@ import datetime
 import functools
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass
+from typing import Iterable
 
-from .errors import InvalidVersionId, ManifestChanged, NotCommitted, VersionSealed
+from .errors import InvalidVersionId, ManifestChanged, NestedDatasetRoot, NotCommitted, VersionSealed
 from .format.manifest import Manifest, shard_name
 from .storage import Storage, storage_for
 
@@ -74,6 +76,114 @@ def check_version_id(version: object) -> str:
     if not isinstance(version, str) or not _VERSION_ID.fullmatch(version) or ".." in version:
         raise InvalidVersionId(f"version id {version!r} breaks the rule {VERSION_ID_RULE}")
     return version
+
+
+ROOT_RULE = (
+    "a dataset root may not lie inside another dataset's root or a version directory, nor hold another's root"
+)
+DIRECTORY_RULE = (
+    "a write may not land inside a version directory, nor inside a dataset root but as ROOT/versions/VERSION"
+)
+# What shows a directory is a version: our writer's mark (from the first staged byte) and the
+# manifest (from the first commit; the seal never comes without one). What shows a dataset root: LATEST.
+_VERSION_MARKS = (MANIFEST_NAME, WRITER_MARK_NAME)
+_ROOT_MARKS = (LATEST_NAME,)
+
+
+def _location(uri: str) -> str:
+    """A URI spelt for comparing places: normalized, a local path absolute."""
+    uri = _normalized(uri)
+    return uri if "://" in uri else os.path.normpath(os.path.abspath(uri))
+
+
+def _split_location(location: str) -> tuple[str, list[str]]:
+    """('gs://bucket', ['a', 'b']) for gs://bucket/a/b, ('/', ['tmp', 'x']) for /tmp/x."""
+    if "://" in location:
+        scheme, _, rest = location.partition("://")
+        bucket, _, path = rest.partition("/")
+        return f"{scheme}://{bucket}", [part for part in path.split("/") if part]
+    return "/", [part for part in location.split("/") if part]
+
+
+def _below(inner: str, outer: str) -> list[str] | None:
+    """The components of `inner` under `outer` when it lies strictly inside it, else None."""
+    inner_anchor, inner_parts = _split_location(inner)
+    outer_anchor, outer_parts = _split_location(outer)
+    if inner_anchor != outer_anchor or len(inner_parts) <= len(outer_parts):
+        return None
+    return inner_parts[len(outer_parts) :] if inner_parts[: len(outer_parts)] == outer_parts else None
+
+
+def _refused(what: str, uri: str, enclosing: str, how: str) -> NestedDatasetRoot:
+    rule = ROOT_RULE if what == "dataset root" else DIRECTORY_RULE
+    error = NestedDatasetRoot(f"{what} {uri} {how}: {rule}")
+    error.root, error.enclosing = uri, enclosing
+    return error
+
+
+def _exist(storage: Storage, paths: list[str]) -> list[bool]:
+    """`exists` of each path: at once where a call is latency-bound (more than one rename thread)."""
+    threads = min(len(paths), getattr(storage, "rename_threads", 1))
+    if threads <= 1:
+        return [storage.exists(path) for path in paths]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="root-check") as pool:
+        return list(pool.map(storage.exists, paths))
+
+
+def _check_enclosing(uri: str, what: str, known: Iterable[str], look: bool, itself: bool) -> str:
+    here = _location(uri)
+    for other in known:
+        there = _location(other)
+        below = _below(here, there)
+        if below is not None:
+            if below[0] == VERSIONS_DIR and len(below) > 1:
+                version_dir = f"{there}/{VERSIONS_DIR}/{below[1]}"
+                how = f"lies inside version {below[1]!r} of dataset {other} ({version_dir})"
+            else:
+                how = f"lies inside the root of dataset {other}"
+            raise _refused(what, uri, other, how)
+        if _below(there, here) is not None:
+            raise _refused(what, uri, other, f"holds the root of dataset {other}")
+    if not look:
+        return here
+    anchor, parts = _split_location(here)
+    # the root, then each directory above it up to the bucket or /
+    levels = [anchor.rstrip("/") + "/" + "/".join(parts[:n]) for n in range(len(parts), 0, -1)] + [anchor]
+    probes = [(here, name) for name in _VERSION_MARKS] if itself else []
+    probes += [(level, name) for level in levels[1:] for name in (*_VERSION_MARKS, *_ROOT_MARKS)]
+    storage = storage_for(here)
+    found = _exist(storage, [storage.join(directory, name) for directory, name in probes])
+    for (directory, name), hit in zip(probes, found):  # the nearest first
+        if not hit:
+            continue
+        if directory == here:
+            raise _refused(what, uri, here, f"is itself a version directory (it holds {name})")
+        if name in _ROOT_MARKS:
+            how = f"lies inside the root of dataset {directory} (it holds {name})"
+            raise _refused(what, uri, directory, how)
+        version = Version.at(directory)
+        if version.dataset is not None:
+            how = f"lies inside version {version.id!r} of dataset {version.dataset.root} (it holds {name})"
+        else:
+            how = f"lies inside the version directory {directory} (it holds {name})"
+        raise _refused(what, uri, directory, how)
+    return here
+
+
+def check_dataset_root(root: str, known: Iterable[str] = (), *, look: bool = True) -> str:
+    """Refuse `root` as a dataset root if it lies inside another dataset or a version; return its place.
+
+    The one rule every entry point asks (the writer through `Version.check_writable`, the jobs,
+    publish, the DAGs' tasks and the config loader): no dataset root inside another dataset's
+    root or inside a version directory. `known`: roots of other datasets (a folder's configs),
+    compared by path only, either way round. `look`: also ask storage whether the root itself
+    holds a version's files, or a directory above it a version's files or LATEST: two `exists`
+    calls for the root and three per directory above it (at once on gs://). Raises
+    NestedDatasetRoot naming the root, what encloses it and the rule.
+    """
+    return _check_enclosing(root, "dataset root", known, look, itself=True)
 
 
 def timestamp_in_id(version: str) -> datetime.datetime | None:
@@ -278,7 +388,12 @@ class Version:
         return manifest
 
     def check_writable(self) -> None:
-        """Refuse any write into a sealed or published version (published versions are immutable)."""
+        """Refuse any write into a sealed or published version (published versions are immutable), and
+        any write below another dataset's root or a version directory (`check_dataset_root`)."""
+        if self.dataset is not None:
+            check_dataset_root(self.dataset.root)
+        else:  # a plain directory: it may be a version itself, but nothing above it may be one
+            _check_enclosing(self.uri, "directory", (), True, itself=False)
         published = self.is_published()
         if published or self.is_sealed():
             state = "published" if published else "sealed for publishing"
