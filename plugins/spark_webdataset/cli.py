@@ -1,9 +1,11 @@
-"""`spark-webdataset`: validate, publish and inspect datasets; check dataset configs; make the demo source."""
+"""`spark-webdataset`: validate, publish and inspect datasets; check dataset configs; make the demo source;
+stream one object (a shard) to stdout."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Sequence
 
@@ -50,6 +52,29 @@ def _inspect(args: argparse.Namespace) -> int:
     description = describe(args.root)
     print(json.dumps(description, indent=1) if args.json else format_description(description))
     return 0
+
+
+def _cat(args: argparse.Namespace) -> int:
+    """Stream objects to stdout through our Storage: webdataset and wids open gs:// shards as
+    `pipe:spark-webdataset cat gs://...` (STORAGE_EMULATOR_HOST and ADC apply; no gsutil)."""
+    import shutil
+
+    from .storage import storage_for
+
+    out = sys.stdout.buffer
+    try:
+        for uri in args.uri:
+            with storage_for(uri).open_read(uri) as stream:
+                shutil.copyfileobj(stream, out, CAT_CHUNK_BYTES)
+        out.flush()
+    except BrokenPipeError:  # the reader stopped early (e.g. it took the first sample): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())  # no second error when Python flushes at exit
+        return EXIT_BROKEN_PIPE
+    return 0
+
+
+CAT_CHUNK_BYTES = 1 << 20
+EXIT_BROKEN_PIPE = 141  # as a shell reports a process a closed pipe ended (128 + SIGPIPE); webdataset ignores it
 
 
 def _datasets(args: argparse.Namespace) -> int:
@@ -117,6 +142,12 @@ def parser() -> argparse.ArgumentParser:
     datasets.add_argument("--folder", help="folder of configs (default: SPARK_WEBDATASET_DATASETS, else datasets/)")
     datasets.add_argument("--json", action="store_true")
     datasets.set_defaults(run=_datasets)
+
+    cat = commands.add_parser(
+        "cat", help="stream objects (local or gs://) to stdout, e.g. for webdataset's pipe: URLs"
+    )
+    cat.add_argument("uri", nargs="+", help="a local path, file:// or gs:// URI")
+    cat.set_defaults(run=_cat)
 
     demo = commands.add_parser("demo-source", help="write the scikit-learn digits demo source as parquet")
     demo.add_argument("directory")
