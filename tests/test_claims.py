@@ -543,9 +543,9 @@ def test_gcs_rename_refuses_a_copy_whose_crc32c_differs(bucket, monkeypatch) -> 
 
     monkeypatch.setattr(Blob, "rewrite", rewrite_reporting_another_crc32c)
     with pytest.raises(StorageError) as caught:
-        storage.rename(source, target)
+        storage.rename_new(source, target)
     assert source in str(caught.value) and target in str(caught.value) and "crc32c" in str(caught.value)
     assert storage.exists(source)  # the staged original is kept for a retry
     monkeypatch.undo()
-    storage.rename(source, target)  # the same rename without the fault goes through
+    storage.rename_new(source, target)  # the same rename without the fault goes through
     assert storage.read_bytes(target) == b"payload " * 1000 and not storage.exists(source)

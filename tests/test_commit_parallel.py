@@ -71,13 +71,13 @@ class FailingRename(LocalStorage):
         self.calls = 0
         self.lock = threading.Lock()
 
-    def rename(self, source: str, target: str) -> None:
+    def rename_new(self, source: str, target: str) -> None:
         with self.lock:
             self.calls += 1
             failing = self.calls == self.fail_at
         if failing:
             raise OSError("injected: the storage failed this rename")
-        super().rename(source, target)
+        super().rename_new(source, target)
 
 
 def test_a_rename_failing_half_way_stops_the_commit_and_the_journal_finishes_it(tmp_path, monkeypatch) -> None:

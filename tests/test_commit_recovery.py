@@ -6,6 +6,7 @@ disk, laid out as a dead driver leaves them (its staging, its journal, maybe som
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,9 @@ def dead_commit(directory: Path, renames: list[tuple[str, str]], overwrite: bool
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(f"bytes of {final}".encode())
     finals = [final for _, final in renames if final.startswith("shard-")]
-    journal = Journal(JOB, overwrite, renames, manifest(*finals))
+    planned_against = directory / "_manifest.json"  # the manifest the dead committer read
+    base = hashlib.sha256(planned_against.read_bytes()).hexdigest() if planned_against.exists() else None
+    journal = Journal(JOB, overwrite, renames, manifest(*finals), base)
     Path(version.journal_uri).write_bytes(journal.to_json())
     return version
 

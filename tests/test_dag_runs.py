@@ -18,7 +18,7 @@ import pytest
 
 from dataset_dags import dagbag_of, dataset_dag, write_config
 from spark_webdataset.catalog import describe
-from spark_webdataset.publish import PublishError, publish, read_latest
+from spark_webdataset.publish import PublishRefused, publish, read_latest
 from spark_webdataset.validate import validate_version
 
 pytestmark = pytest.mark.slow
@@ -161,7 +161,7 @@ def test_spark_job_killed_mid_write_leaves_no_visible_version(build_dag, digits_
         job.wait()
     assert not (version_dir / "_manifest.json").exists()
     assert not validate_version(str(version_dir), write_report=False).ok
-    with pytest.raises(PublishError):
+    with pytest.raises(PublishRefused):
         publish(str(root), "killed")
     assert not (root / "_published").exists()
 

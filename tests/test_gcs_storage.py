@@ -27,7 +27,7 @@ def test_objects_stream_list_rename_and_delete(bucket: str) -> None:
     with storage.open_read(path) as stream:
         stream.seek(1_000_000)
         assert stream.read(10) == payload[1_000_000:1_000_010]
-    storage.rename(path, storage.join(bucket, "final", "b.bin"))
+    storage.rename_new(path, storage.join(bucket, "final", "b.bin"))
     assert not storage.exists(path)
     assert storage.read_bytes(storage.join(bucket, "final", "b.bin")) == payload
     assert storage.list_dirs(bucket) == ["final"]

@@ -181,7 +181,7 @@ def test_files_land_while_another_job_removes_the_empty_parent(tmp_path: Path) -
             storage.write_atomic(str(job / "_lease.json"), b"{}")
             with storage.open_write(str(job / "p0" / "000000.tar")) as stream:
                 stream.write(b"x")
-            storage.rename(str(job / "p0" / "000000.tar"), str(job / "final" / "shard.tar"))
+            storage.rename_new(str(job / "p0" / "000000.tar"), str(job / "final" / "shard.tar"))
             assert (job / "final" / "shard.tar").read_bytes() == b"x"
             storage.delete_tree(str(job))
     finally:

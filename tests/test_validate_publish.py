@@ -13,7 +13,7 @@ from typing import Callable
 import pytest
 
 from spark_webdataset.cli import main as cli
-from spark_webdataset.publish import PublishError, advance_latest, publish, read_latest, shard_index
+from spark_webdataset.publish import PublishRefused, advance_latest, publish, read_latest, shard_index
 from spark_webdataset.validate import validate_version
 
 Members = list[tuple[tarfile.TarInfo, bytes]]
@@ -145,7 +145,7 @@ def test_validation_catches_defect_and_publish_refuses(root: Path, defect: str) 
     error = next(e for e in report.errors if message in e["error"])
     assert error["shard"], error
     assert json.loads((version(root) / "_validation.json").read_text())["ok"] is False
-    with pytest.raises(PublishError, match="validation failed"):
+    with pytest.raises(PublishRefused, match="validation failed"):
         publish(str(root), "v1")
     assert not (root / "_published").exists() and read_latest(str(root)) is None
 
@@ -157,12 +157,12 @@ def test_validation_with_spark_finds_keys_in_two_shards(spark, root: Path) -> No
 
 
 def test_publish_refuses_unvalidated_and_changed_manifests(root: Path) -> None:
-    with pytest.raises(PublishError, match="not validated"):
+    with pytest.raises(PublishRefused, match="not validated"):
         publish(str(root), "v1")
     assert validate_version(str(version(root))).ok
     manifest = version(root) / "_manifest.json"
     manifest.write_text(manifest.read_text().replace('"mtime": 0', '"mtime": 1'))
-    with pytest.raises(PublishError, match="another manifest"):
+    with pytest.raises(PublishRefused, match="another manifest"):
         publish(str(root), "v1")
 
 

@@ -5,8 +5,13 @@ shard names and a seal never lands in the middle of a commit. The lock is
 an object created create-only (GCS `ifGenerationMatch=0`, locally
 `os.link`) holding its owner and an expiry; the holder renews it while it
 works, and a holder that died is overtaken by compare-and-swap once its
-lease expired. The manifest's own compare-and-swap stays the last word:
-a holder that lost its lease cannot change the manifest.
+lease expired.
+
+The lease fences nothing by itself (a holder frozen past it does not know
+it): the commit checks it before every step (`check`), and its steps are
+ordered and conditional so that a holder that lost the lock between a
+check and its next write can still change nothing another committer owns
+(see spark/commit.py).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import os
 import socket
 import time
 
-from .errors import ConcurrentCommit, PreconditionFailed
+from .errors import ConcurrentCommit, LostCommitLock, PreconditionFailed
 from .layout import Version
 
 log = logging.getLogger(__name__)
@@ -85,13 +90,25 @@ class CommitLock:
         _, self._token = self.version.storage.read_versioned(self.version.lock_uri)
         self._renewed = time.monotonic()
 
+    def check(self) -> None:
+        """Raise LostCommitLock unless this holder still owns the lock. Free while the holder's own
+        clock says less than half a lease passed since it last proved ownership (nobody can take a
+        lock before its lease expires); after that, a renewal by compare-and-swap proves it. A
+        holder frozen past its lease (GC pause, stopped VM) always pays the round trip, and fails."""
+        if self._token is None:
+            raise LostCommitLock(f"{self.version.uri}: the commit lock is not held")
+        if time.monotonic() - self._renewed < self.lease_seconds / 2:
+            return
+        self.renew(force=True)
+
     def renew(self, force: bool = False) -> None:
         """Extend the lease (cheap to call often: it writes at most every third of a lease)."""
         if not force and time.monotonic() - self._renewed < self.lease_seconds / 3:
             return
         storage, path = self.version.storage, self.version.lock_uri
         if not storage.replace_if(path, self._body(), self._token):
-            raise ConcurrentCommit(f"{self.version.uri}: lost the commit lock (its lease expired and was taken over)")
+            self._token = None
+            raise LostCommitLock(f"{self.version.uri}: lost the commit lock (its lease expired and was taken over)")
         self._claimed()
 
     def release(self) -> None:

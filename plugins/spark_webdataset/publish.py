@@ -19,19 +19,20 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .commit_lock import CommitLock
+from .testing import faults
 from .errors import NotCommitted, PreconditionFailed, PublishRefused
 from .format.manifest import Manifest, ShardEntry
 from .layout import (
     MANIFEST_NAME,
     Dataset,
     Version,
+    check_dataset_root,
     iso_utc,
     parse_logical_date,
     timestamp_in_id,
 )
 
 RECORD_KIND = "spark-webdataset-published-v1"
-PublishError = PublishRefused  # the name before errors.py
 
 
 @dataclass(frozen=True)
@@ -101,29 +102,33 @@ def shard_index(manifest: Manifest, source: str, validated: Iterable[dict] = ())
     return (json.dumps(document, indent=1, ensure_ascii=False) + "\n").encode()
 
 
-def publish(root: str, version: str, logical_date: str | datetime.datetime | None = None) -> PublishResult:
+def publish(
+    root: str, version: str, logical_date: str | datetime.datetime | None = None, allow_empty: bool = False
+) -> PublishResult:
     """Seal, index and publish `ROOT/versions/VERSION`; a no-op if published with this manifest."""
+    check_dataset_root(root)  # never a root inside another dataset or a version: NestedDatasetRoot
     dataset = Dataset(root)
     target = dataset.version(version)  # refuses ids outside the rule
     storage = dataset.storage
     existing = dataset.read_record(version)
     if existing is not None:
         return _republish(dataset, target, existing, target.manifest_digest())
-    with CommitLock(target, f"publish-{uuid.uuid4().hex}"):
-        if storage.exists(target.journal_uri):
-            raise NotCommitted(f"{target.uri}: a commit is unfinished; write the version again before publishing")
+    with CommitLock(target, f"publish-{uuid.uuid4().hex}") as lock:
         manifest_bytes, token = target.read_manifest_bytes()
         if manifest_bytes is None:
             raise PublishRefused(f"{target.uri}: no {MANIFEST_NAME}; write the version first")
         digest = hashlib.sha256(manifest_bytes).hexdigest()
         validation = _check_validation(target, digest)
-        # The seal, then a compare-and-swap of the manifest onto itself: a
-        # writer that lost its commit lock can no longer replace it.
-        seal = {"__kind__": "spark-webdataset-seal-v1", "version": version}  # same bytes every time
-        if not storage.exists(target.seal_uri):
-            storage.write_atomic(target.seal_uri, json.dumps(seal).encode())
-        if not storage.replace_if(target.manifest_uri, manifest_bytes, token):
-            raise PublishRefused(f"{target.uri}: the manifest changed while publishing; validate again")
+        if not allow_empty and Manifest.from_json(manifest_bytes).samples == 0:
+            raise PublishRefused(
+                f"{target.uri}: the version holds no samples; refusing to publish it (an empty source or "
+                "filter?); pass --allow-empty to publish an empty version on purpose"
+            )
+        lock.check()
+        faults.point("publish:sealing")
+        _seal(target, lock, manifest_bytes, token)
+    # Sealed: nothing can change the version now. The index has the same bytes whoever writes it,
+    # and the record is create-only: a publisher frozen from here on can only lose the race.
     manifest = Manifest.from_json(manifest_bytes)
     storage.write_atomic(
         target.index_uri, shard_index(manifest, f"{dataset.root}@{version}", validation.get("shards", ()))
@@ -144,6 +149,7 @@ def publish(root: str, version: str, logical_date: str | datetime.datetime | Non
         # retry that landed; someone else's record means we lost the race
         "publish_id": uuid.uuid4().hex,
     }
+    faults.point("publish:recording")
     try:
         storage.create_only(dataset.record_uri(version), (json.dumps(record, indent=1) + "\n").encode())
     except PreconditionFailed:
@@ -154,6 +160,30 @@ def publish(root: str, version: str, logical_date: str | datetime.datetime | Non
     return PublishResult(
         version, target.uri, manifest.samples, len(manifest.shards), manifest.bytes, target.index_uri, False, latest, moment
     )
+
+
+SEAL = json.dumps({"__kind__": "spark-webdataset-seal-v1"}).encode()  # same bytes every time
+
+
+def _seal(target: Version, lock: CommitLock, manifest_bytes: bytes, token: object) -> None:
+    """Seal the version, then make sure no commit slipped in. A committer checks for the seal after
+    it claims the journal slot, and we check the slot after sealing: one of the two sees the other.
+    Then a compare-and-swap of the manifest onto itself: a committer that planned against it
+    and lost its lock can no longer replace it. Refused: the seal goes again."""
+    storage = target.storage
+    sealed_here = not storage.exists(target.seal_uri)
+    if sealed_here:
+        storage.write_atomic(target.seal_uri, SEAL)
+    try:
+        if storage.exists(target.journal_uri):
+            raise NotCommitted(f"{target.uri}: a commit is unfinished; write the version again before publishing")
+        lock.check()
+        if not storage.replace_if(target.manifest_uri, manifest_bytes, token):
+            raise PublishRefused(f"{target.uri}: the manifest changed while publishing; validate again")
+    except BaseException:
+        if sealed_here:
+            storage.delete(target.seal_uri)
+        raise
 
 
 def _now() -> str:
@@ -215,8 +245,33 @@ def advance_latest(root: str, version: str) -> str:
                 return current_version
         elif current_version == version:
             return version
+        faults.point("latest:deciding")  # a test runs another publisher here: the swap below must lose
         if storage.replace_if(dataset.latest_uri, (version + "\n").encode(), token):
             return version
+
+
+def set_latest(root: str, version: str, by: str) -> str | None:
+    """Point LATEST at a published `version`, backwards too (undo a mistaken publish, e.g. a
+    logical date far in the future); every change is recorded in the root with who and when.
+    Returns what LATEST named before."""
+    dataset = Dataset(root)
+    storage = dataset.storage
+    if dataset.read_record(version) is None:
+        raise PublishRefused(
+            f"{dataset.root}: version {version!r} is not published (published: {', '.join(dataset.published_ids()) or 'none'}); "
+            "LATEST may only name a published version"
+        )
+    while True:
+        current, token = storage.read_versioned(dataset.latest_uri)
+        previous = current.decode().strip() if current else None
+        if storage.replace_if(dataset.latest_uri, (version + "\n").encode(), token):
+            break
+    change = {"latest": version, "previous": previous, "by": by, "at": _now()}
+    while True:
+        data, token = storage.read_versioned(dataset.latest_changes_uri)
+        changes = json.loads(data) if data else []
+        if storage.replace_if(dataset.latest_changes_uri, (json.dumps(changes + [change], indent=1) + "\n").encode(), token):
+            return previous
 
 
 def read_latest(root: str) -> str | None:

@@ -1,22 +1,38 @@
 """The driver's commit: the only step that decides what becomes final.
 
-Under the version's commit lock it (1) finishes a commit that died
-half-way (its journal), (2) refuses a sealed or published version,
-(3) proves the new keys unique among themselves and against the keys the
-version holds, (4) on storage that keeps a server-side crc32c (gs://)
-checks every staged shard's against the crc32c its task computed while
-writing, (5) writes a journal naming every rename and the new
-manifest, then (6) applies it: shards get their final names after the
-last listed one, the manifest is replaced by compare-and-swap, leftovers
-go. An overwrite removes the manifest before its renames, so a reader
-sees the old set, the new set, or "not committed", never a mix; a crash
-after the journal is finished by the next writer (roll forward).
+Under the version's commit lock it (1) settles a journal left by an
+earlier commit (finishes it, or discards it if it was planned against a
+manifest that is no longer there), (2) refuses a sealed or published
+version, (3) proves the new keys unique among themselves and against the
+version's keys, (4) on gs:// checks every staged shard's server crc32c
+against its task's, (5) claims the version's one journal slot create-only
+with a journal naming every rename, the new manifest and the digest of the
+manifest it was planned against, then (6) applies it: leftovers go, shards
+get their final names, the manifest is replaced by compare-and-swap.
+
+Fencing: a committer frozen past its lease (GC pause, stopped VM) must
+not change what another committed. The lease check before every step
+(`CommitLock.check`) stops it at its next step; what it could still do
+between a check and one write is harmless by construction:
+- the journal slot is create-only, and a journal applies only while the
+  manifest is the one it was planned against (or its own): one planned
+  against an older manifest is stale and is discarded, never applied;
+- shards and key runs get their names create-only (`rename_new`), so no
+  rename ever replaces a committed object;
+- deletions are conditional on the identity of the object listed (a GCS
+  generation, a local inode), listed after a lease check;
+- the manifest changes only by compare-and-swap, also in roll forward.
+A committer that finds its commit finished by another's roll forward
+reports success. An overwrite removes the manifest before its renames,
+so readers see the old set, the new set, or "not committed", never a mix.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime
+import enum
+import hashlib
 import itertools
 import json
 import logging
@@ -26,10 +42,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..commit_lock import CommitLock
-from ..errors import ChecksumMismatch, ConcurrentCommit, DuplicateKey, FieldMismatch, NotCommitted
+from ..errors import (
+    ChecksumMismatch,
+    ConcurrentCommit,
+    DuplicateKey,
+    FieldMismatch,
+    LostCommitLock,
+    NotCommitted,
+    PreconditionFailed,
+    VersionSealed,
+)
 from ..format.keys import first_duplicate_in_blocks, merge_blocks
 from ..format.manifest import Manifest, ShardEntry, shard_name
-from ..layout import KEYS_DIR, Version
+from ..layout import KEYS_DIR, Version, _normalized
+from ..testing import faults
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -37,7 +63,8 @@ if TYPE_CHECKING:
     from .writer import WebDatasetCommitMessage, WebDatasetWriter
 
 log = logging.getLogger(__name__)
-JOURNAL_KIND = "spark-webdataset-commit-journal-v1"
+JOURNAL_KIND = "spark-webdataset-commit-journal-v2"
+LEGACY_JOURNAL_KIND = "spark-webdataset-commit-journal-v1"  # no base digest: applied as before
 KEY_BLOCK = 1 << 14
 SHARD_PREFIX = "shard-"
 
@@ -50,6 +77,10 @@ def read_key_run(version: Version, path: str) -> Iterator["pa.Array"]:
             yield batch.column(0)
 
 
+def _digest(data: bytes | None) -> str | None:
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
 @dataclass
 class Journal:
     """What a decided commit does; applying it twice does it once."""
@@ -58,6 +89,8 @@ class Journal:
     overwrite: bool
     renames: list[tuple[str, str]]  # staged path -> final name, relative to the version directory
     manifest: bytes
+    base: str | None = None  # sha256 of the manifest it was planned against; None: there was none
+    legacy: bool = False  # a v1 journal (no base): trusted, as v1 committers did
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -65,6 +98,7 @@ class Journal:
                 "__kind__": JOURNAL_KIND,
                 "job_id": self.job_id,
                 "overwrite": self.overwrite,
+                "base": self.base,
                 "renames": self.renames,
                 "manifest": base64.b64encode(self.manifest).decode(),
             }
@@ -78,19 +112,64 @@ class Journal:
             overwrite=document["overwrite"],
             renames=[tuple(pair) for pair in document["renames"]],  # type: ignore[misc]
             manifest=base64.b64decode(document["manifest"]),
+            base=document.get("base"),
+            legacy=document.get("__kind__") == LEGACY_JOURNAL_KIND,
         )
+
+    def new_shards(self) -> list[ShardEntry]:
+        """The manifest entries of the shards this journal renames into place."""
+        targets = {final for _, final in self.renames}
+        return [shard for shard in Manifest.from_json(self.manifest).shards if shard.name in targets]
+
+
+class JournalState(enum.Enum):
+    PENDING = "pending"  # the manifest is the one it was planned against: apply it
+    LANDED = "landed"  # its manifest is in place, or later commits built on it
+    STALE = "stale"  # planned against a manifest that is gone: never apply it
+
+
+def journal_state(journal: Journal, current: bytes | None) -> JournalState:
+    digest = _digest(current)
+    if digest == _digest(journal.manifest):
+        return JournalState.LANDED
+    if journal.legacy or digest == journal.base:
+        return JournalState.PENDING
+    if current is None and journal.overwrite and journal.base is not None:
+        return JournalState.PENDING  # its own first step removed the manifest it replaces
+    if current is not None and _built_on(Manifest.from_json(current), journal):
+        return JournalState.LANDED
+    return JournalState.STALE
+
+
+def _built_on(current: Manifest, journal: Journal) -> bool:
+    """The current manifest holds every shard the journal committed (later commits appended to it)."""
+    new = journal.new_shards()
+    if not new:
+        return current.run.get("job_id") == journal.job_id
+    listed = set(current.shards)
+    return all(shard in listed for shard in new)
 
 
 def roll_forward(version: Version, lock: CommitLock) -> bool:
-    """Finish a commit that died after deciding (its journal is there); True if there was one."""
+    """Settle a journal an earlier commit left: finish it if it still applies (True), discard it
+    if it is stale or the version is sealed (a stray of a committer that lost its lock)."""
     storage = version.storage
-    data, _ = storage.read_versioned(version.journal_uri)
+    data, token = storage.read_versioned(version.journal_uri)
     if data is None:
         return False
     journal = Journal.from_json(data)
+    current, _ = version.read_manifest_bytes()
+    state = journal_state(journal, current)
+    if state is JournalState.STALE or (state is JournalState.PENDING and version.is_sealed()):
+        log.warning(
+            "webdataset: discarding the journal of job %s in %s: %s", journal.job_id, version.uri,
+            "the version is sealed" if state is JournalState.PENDING else "it was planned against another manifest",
+        )
+        storage.delete_if(version.journal_uri, token)
+        return False
     log.warning("webdataset: finishing the interrupted commit of job %s in %s", journal.job_id, version.uri)
-    _apply(version, journal, lock, manifest_token=None, fresh=False, between=lambda: None)
-    # Its job is dead (we hold the lock it held): its staging goes too.
+    _apply(version, journal, token, lock, between=lambda: None)
+    # Its job lost the lock we hold: what its staging still holds goes too.
     storage.delete_tree(storage.join(version.staging_uri, journal.job_id))
     storage.remove_empty_dir(version.staging_uri)
     return True
@@ -102,58 +181,107 @@ def journal_job(version: Version) -> str | None:
     return None if data is None else Journal.from_json(data).job_id
 
 
-def _apply(
-    version: Version,
-    journal: Journal,
-    lock: CommitLock,
-    manifest_token: object,
-    fresh: bool,
-    between: Callable[[], None],
-) -> None:
+def _apply(version: Version, journal: Journal, token: object, lock: CommitLock, between: Callable[[], None]) -> None:
+    """Apply a claimed journal (`token`: the journal object's); ConcurrentCommit if it is stale."""
     storage = version.storage
-    if journal.overwrite:
-        # From here until the new manifest lands the directory is "not committed".
-        if fresh:
-            if manifest_token is not None and not storage.delete_if(version.manifest_uri, manifest_token):
-                storage.delete(version.journal_uri)
-                raise ConcurrentCommit(f"{version.uri}: the manifest changed during the commit (sealed for publishing?)")
-        else:
-            storage.delete(version.manifest_uri)
-        manifest_token = None
-    _rename_all(version, journal, lock)
-    between()  # test-only faults land here: after the renames, before the manifest
-    if fresh:
-        if not storage.replace_if(version.manifest_uri, journal.manifest, manifest_token):
-            storage.delete(version.journal_uri)
-            raise ConcurrentCommit(f"{version.uri}: the manifest changed during the commit (sealed for publishing?)")
-    else:
-        storage.write_atomic(version.manifest_uri, journal.manifest)
+    current, manifest_token = version.read_manifest_bytes()
+    state = journal_state(journal, current)
+    if state is JournalState.STALE:
+        storage.delete_if(version.journal_uri, token)
+        raise ConcurrentCommit(
+            f"{version.uri}: the manifest changed after job {journal.job_id} planned its commit; nothing of it was applied"
+        )
+    if state is JournalState.PENDING:
+        lock.check()
+        if journal.overwrite and current is not None:
+            # From here until the new manifest lands the directory is "not committed".
+            if not storage.delete_if(version.manifest_uri, manifest_token):
+                raise ConcurrentCommit(f"{version.uri}: the manifest changed during the commit")
+        _sweep(version, journal, lock)
+        _rename_all(version, journal, lock)
+        between()  # test-only faults land here: after the renames, before the manifest
+        faults.point("commit:renamed")
+        lock.check()
+        _swap_manifest(version, journal)
+    faults.point("commit:manifest-written")
+    storage.delete_if(version.journal_uri, token)
+
+
+def _swap_manifest(version: Version, journal: Journal) -> None:
+    """The journal's manifest in place of the one it was planned against, by compare-and-swap."""
+    storage = version.storage
+    current, token = version.read_manifest_bytes()
+    state = journal_state(journal, current)
+    if state is JournalState.PENDING:
+        if current is None:
+            try:
+                storage.create_only(version.manifest_uri, journal.manifest)
+                return
+            except PreconditionFailed:
+                pass
+        elif storage.replace_if(version.manifest_uri, journal.manifest, token):
+            return
+        current, _ = version.read_manifest_bytes()
+        state = journal_state(journal, current)
+    if state is not JournalState.LANDED:
+        raise ConcurrentCommit(f"{version.uri}: the manifest changed during the commit of job {journal.job_id}")
+
+
+def _is_shard_name(name: str) -> bool:
+    return name.startswith(SHARD_PREFIX) and name.endswith(".tar")
+
+
+def _sweep(version: Version, journal: Journal, lock: CommitLock) -> None:
+    """Remove what the journal's manifest will not list: shards an overwrite replaces, leftovers of
+    commits that never finished, key runs no longer needed. Each object goes only if it is still
+    the one listed (after a lease check), so a committer that froze here removes nothing newer."""
+    storage = version.storage
     manifest = Manifest.from_json(journal.manifest)
     listed = {shard.name for shard in manifest.shards}
-    for name in storage.list_sizes(version.uri):
-        if name.startswith(SHARD_PREFIX) and name.endswith(".tar") and name not in listed:
-            storage.delete(version.path(name))
     keep = manifest.key_run.rsplit("/", 1)[-1] if manifest.key_run else None
-    for name in storage.list_sizes(version.keys_uri):
-        if name != keep:
-            storage.delete(storage.join(version.keys_uri, name))
-    storage.delete(version.journal_uri)
+    lock.check()
+    for directory, unlisted in (
+        (version.uri, lambda name: _is_shard_name(name) and name not in listed),
+        (version.keys_uri, lambda name: name != keep),
+    ):
+        for name, identity in storage.identities(directory).items():
+            if unlisted(name):
+                lock.check()
+                storage.delete_if_identity(storage.join(directory, name), identity)
 
 
-def _rename_one(version: Version, journal: Journal, staged: str, final: str) -> None:
-    """Give one staged file its final name; done already (source gone, target there) is fine."""
+def _rename_one(version: Version, journal: Journal, staged: str, final: str, lock: CommitLock) -> None:
+    """Give one staged file its final name, create-only; done already (source gone, target there) is fine."""
     storage = version.storage
     source, target = version.path(staged), version.path(final)
-    try:
-        storage.rename(source, target)  # the common case costs no existence check
-    except Exception:
-        if storage.exists(source):
-            raise
-        if not storage.exists(target):
-            raise NotCommitted(
-                f"{version.uri}: cannot finish the commit of job {journal.job_id}: {staged} is gone"
-            ) from None
-        # renamed already: by a commit that died after this rename (roll forward), or a retry
+    lock.check()
+    for _attempt in range(2):
+        try:
+            storage.rename_new(source, target)  # the common case costs no existence check
+            faults.point("commit:renamed-one")
+            return
+        except PreconditionFailed:
+            pass  # the name is taken: see by what, below
+        except Exception:
+            if storage.exists(source):
+                raise
+            if not storage.exists(target):
+                raise NotCommitted(
+                    f"{version.uri}: cannot finish the commit of job {journal.job_id}: {staged} is gone"
+                ) from None
+            return  # renamed already: by a commit that died after this rename (roll forward), or a retry
+        if not storage.exists(source):
+            return  # another committer finishing this journal renamed it
+        if storage.same_object(source, target):
+            storage.delete(source)  # a copy that landed (ours retried, or another finisher's)
+            return
+        # A leftover of a commit that never finished holds the name: no manifest lists it.
+        lock.check()
+        identity = storage.identities(storage.join(target.rsplit("/", 1)[0])).get(final.rsplit("/", 1)[-1])
+        if identity is not None:
+            log.warning("webdataset: removing %s, a leftover of an unfinished commit, to commit job %s", target, journal.job_id)
+            storage.delete_if_identity(target, identity)
+    raise ConcurrentCommit(f"{version.uri}: {final} is taken by another commit; job {journal.job_id} cannot name its shard")
 
 
 def _rename_all(version: Version, journal: Journal, lock: CommitLock) -> None:
@@ -165,7 +293,7 @@ def _rename_all(version: Version, journal: Journal, lock: CommitLock) -> None:
     threads = max(1, min(version.storage.rename_threads, len(renames)))
     if threads == 1:
         for staged, final in renames:
-            _rename_one(version, journal, staged, final)
+            _rename_one(version, journal, staged, final, lock)
             lock.renew()
         return
     window = 4 * threads  # submitted but not finished: bounded, so a failure stops the rest quickly
@@ -175,7 +303,7 @@ def _rename_all(version: Version, journal: Journal, lock: CommitLock) -> None:
             for staged, final in renames:
                 if len(pending) >= window:
                     pending = _settle(pending, lock)
-                pending.add(pool.submit(_rename_one, version, journal, staged, final))
+                pending.add(pool.submit(_rename_one, version, journal, staged, final, lock))
             while pending:
                 pending = _settle(pending, lock)
         except BaseException:
@@ -209,14 +337,22 @@ def _test_fault(writer: "WebDatasetWriter") -> Callable[[], None]:
 @dataclass(frozen=True)
 class StreamBatch:
     """One micro-batch of a streaming query: the manifest records, per checkpoint, the last
-    batch committed, so a batch that Spark replays after a restart commits nothing twice."""
+    batch committed, so a batch that Spark replays after a restart commits nothing twice.
+    Checkpoint locations are compared normalized: file:///x, /x and /x/ are one stream."""
 
     checkpoint: str
     batch_id: int
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "checkpoint", _normalized(self.checkpoint))
+
     def committed_in(self, manifest: Manifest) -> bool:
-        last = manifest.run.get(STREAMS_KEY, {}).get(self.checkpoint)
-        return last is not None and int(last) >= self.batch_id
+        recorded = manifest.run.get(STREAMS_KEY, {})
+        last = max(
+            (int(batch) for location, batch in recorded.items() if _normalized(location) == self.checkpoint),
+            default=None,
+        )
+        return last is not None and last >= self.batch_id
 
 
 STREAMS_KEY = "streams"  # manifest run section: {checkpoint location: last committed batch id}
@@ -228,14 +364,14 @@ def commit_job(
     """Make the tasks' staged shards final, or raise with nothing of them visible; the version's
     manifest after the commit (None: a stream's empty first batch left no manifest)."""
     version = Version.at(writer.options.path)
+    storage = version.storage
     messages = sorted(messages, key=lambda m: m.partition)
-    decided = False
+    journal: Journal | None = None
     try:
         with CommitLock(version, writer.job_id, lease_seconds=writer.options.commit_lease_seconds) as lock:
             roll_forward(version, lock)
             version.check_writable()
-            manifest_bytes, token = version.read_manifest_bytes()
-            token = None if manifest_bytes is None else token  # None: "no manifest yet" on every storage
+            manifest_bytes, _ = version.read_manifest_bytes()
             if writer.options.test_commit_delay:
                 time.sleep(writer.options.test_commit_delay)  # test-only: make two commits overlap
             existing = None if writer.overwrite or manifest_bytes is None else Manifest.from_json(manifest_bytes)
@@ -245,8 +381,10 @@ def commit_job(
                     "(replayed after a restart): its output is dropped",
                     stream.batch_id, stream.checkpoint, version.uri,
                 )
+                _remove_staging(writer, messages)
                 return existing
             if stream is not None and not any(message.shards for message in messages):
+                _remove_staging(writer, messages)
                 return existing  # an empty micro-batch: nothing to name, nothing to record
             if existing is not None and [f["name"] for f in existing.fields] != [f["name"] for f in writer.fields]:
                 raise FieldMismatch(
@@ -255,17 +393,36 @@ def commit_job(
                 )
             key_run = _merge_keys(version, writer, messages, existing)
             lock.renew()
-            journal = _plan(version, writer, messages, existing, key_run, stream)
-            _check_uploads(version, messages, journal)
-            version.storage.write_atomic(version.journal_uri, journal.to_json())
-            decided = True
-            _apply(version, journal, lock, token, fresh=True, between=_test_fault(writer))
-            decided = False
-    finally:
-        # A decided commit that failed half-way keeps its staged files: the next job finishes it.
-        if not decided:
-            _remove_foreign_staging(writer, messages)
-            writer.remove_own_staging()
+            planned = _plan(version, writer, messages, existing, key_run, stream, base=_digest(manifest_bytes))
+            _check_uploads(version, messages, planned)
+            lock.check()
+            faults.point("commit:planned")
+            try:
+                storage.create_only(version.journal_uri, planned.to_json())
+            except PreconditionFailed:
+                raise ConcurrentCommit(
+                    f"{version.uri}: another commit ({journal_job(version)}) decided first; write again"
+                ) from None
+            journal = planned
+            _, token = storage.read_versioned(version.journal_uri)
+            faults.point("commit:journal-written")
+            try:
+                lock.check()
+                version.check_writable()  # a publisher may have sealed it since (its seal, then our journal)
+            except BaseException:
+                storage.delete_if(version.journal_uri, token)
+                raise
+            _apply(version, journal, token, lock, between=_test_fault(writer))
+    except BaseException as error:
+        landed = journal is not None and isinstance(error, LostCommitLock) and _landed(version, journal)
+        # A decided commit that failed half-way keeps its staged files: the next committer finishes it.
+        if not landed and (journal is None or journal_job(version) != writer.job_id):
+            _remove_staging(writer, messages)
+        if not landed:
+            raise
+        log.warning("webdataset: lost the commit lock of %s, but another committer finished job %s", version.uri, writer.job_id)
+    _remove_staging(writer, messages)
+    assert journal is not None
     manifest = Manifest.from_json(journal.manifest)
     log.info(
         "webdataset: committed %d shards, %d samples, %d bytes to %s",
@@ -277,15 +434,22 @@ def commit_job(
     return manifest
 
 
-def _remove_foreign_staging(writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessage"]) -> None:
-    """A stream's tasks stage under the job of the writer Spark pickled for them, not under the
-    committing writer's: each message's directory goes by name (what is left after the renames,
-    or all of a batch that was dropped or refused)."""
+def _landed(version: Version, journal: Journal) -> bool:
+    """Another committer finished this journal (roll forward) after we lost the lock."""
+    current, _ = version.read_manifest_bytes()
+    return journal_state(journal, current) is JournalState.LANDED
+
+
+def _remove_staging(writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessage"]) -> None:
+    """The job's staging, and each message's directory by name: a stream's tasks stage under the
+    job of the writer Spark pickled for them, not under the committing writer's (what is left
+    after the renames, or all of a batch that was dropped or refused)."""
     storage = Version.at(writer.options.path).storage
     own = writer.staging_root.rstrip("/") + "/"
     for message in messages:
         if not message.staging.startswith(own):
             storage.delete_tree(message.staging)
+    writer.remove_own_staging()
 
 
 def _merge_keys(
@@ -359,6 +523,7 @@ def _plan(
     existing: Manifest | None,
     staged_keys: str,
     stream: StreamBatch | None = None,
+    base: str | None = None,
 ) -> Journal:
     kept = list(existing.shards) if existing else []
     renames: list[tuple[str, str]] = []
@@ -401,7 +566,7 @@ def _plan(
             **({STREAMS_KEY: streams} if streams else {}),
         },
     )
-    return Journal(writer.job_id, writer.overwrite, renames, manifest.to_json())
+    return Journal(writer.job_id, writer.overwrite, renames, manifest.to_json(), base)
 
 
 def _check_uploads(version: Version, messages: list["WebDatasetCommitMessage"], journal: Journal) -> None:

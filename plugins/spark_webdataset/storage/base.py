@@ -45,8 +45,22 @@ class Storage(ABC):
         """Remove everything under `directory`; missing is fine."""
 
     @abstractmethod
-    def rename(self, source: str, target: str) -> None:
-        """Give a finished object its final name, replacing any object there."""
+    def rename_new(self, source: str, target: str) -> None:
+        """Give a finished object a name no object holds: PreconditionFailed if `target` exists.
+        The commit names shards with it, so a late writer can never replace a committed shard."""
+
+    @abstractmethod
+    def same_object(self, first: str, second: str) -> bool:
+        """Both paths hold the same bytes (a rename whose copy landed and whose source delete did not)."""
+
+    @abstractmethod
+    def identities(self, directory: str) -> dict[str, object]:
+        """Names (one level) and identities of the objects in `directory`: an identity changes
+        whenever another object takes the name (a GCS generation; locally inode, mtime and size)."""
+
+    @abstractmethod
+    def delete_if_identity(self, path: str, identity: object) -> bool:
+        """Delete `path` only if it is still the object `identities` saw; True if deleted."""
 
     @abstractmethod
     def write_atomic(self, path: str, data: bytes) -> None:

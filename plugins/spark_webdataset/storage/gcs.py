@@ -181,21 +181,48 @@ class GCSStorage(Storage):
             for _ in pool.map(delete, client().list_blobs(bucket, prefix=prefix, retry=_retry())):
                 pass
 
-    def rename(self, source: str, target: str) -> None:
-        """Server-side rewrite, checked against the source's size and crc32c, then delete."""
+    def _copy_checked(self, source: str, target: str, **preconditions: int) -> None:
+        """Server-side rewrite, checked against the source's size and crc32c."""
         source_blob = self._blob(source)
         source_blob.reload(retry=_retry())
         target_blob = self._blob(target)
-        token, _, _ = target_blob.rewrite(source_blob, retry=_retry())
+        token, _, _ = target_blob.rewrite(source_blob, retry=_retry(), **preconditions)
         while token is not None:
-            token, _, _ = target_blob.rewrite(source_blob, token=token, retry=_retry())
+            token, _, _ = target_blob.rewrite(source_blob, token=token, retry=_retry(), **preconditions)
         # The last rewrite response carries the new object's resource (size, crc32c): no reload.
         if (target_blob.size, target_blob.crc32c) != (source_blob.size, source_blob.crc32c):
             raise StorageError(
                 f"{target}: copy of {source} does not match it (size {target_blob.size} vs {source_blob.size}, "
                 f"crc32c {target_blob.crc32c} vs {source_blob.crc32c})"
             )
+
+    def rename_new(self, source: str, target: str) -> None:
+        """As `rename`, but the copy is create-only (`ifGenerationMatch=0` on the target)."""
+        from google.api_core import exceptions
+
+        try:
+            self._copy_checked(source, target, if_generation_match=0)
+        except exceptions.PreconditionFailed:
+            raise PreconditionFailed(f"{target} exists already") from None
         self.delete(source)
+
+    def same_object(self, first: str, second: str) -> bool:
+        from google.api_core import exceptions
+
+        try:
+            blobs = [self._blob(first), self._blob(second)]
+            for blob in blobs:
+                blob.reload(retry=_retry())
+        except exceptions.NotFound:
+            return False
+        return (blobs[0].size, blobs[0].crc32c) == (blobs[1].size, blobs[1].crc32c)
+
+    def identities(self, directory: str) -> dict[str, object]:
+        blobs, prefix = self._list(directory)
+        return {blob.name[len(prefix) :]: blob.generation for blob in blobs if blob.name != prefix}
+
+    def delete_if_identity(self, path: str, identity: object) -> bool:
+        return self.delete_if(path, identity)
 
     def write_atomic(self, path: str, data: bytes) -> None:
         self._blob(path).upload_from_string(data, retry=_retry(), checksum="crc32c")

@@ -19,6 +19,10 @@ def local_path(uri: str) -> str:
     return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
+def _identity(status: os.stat_result) -> tuple[int, int, int]:
+    return status.st_ino, status.st_mtime_ns, status.st_size
+
+
 def _fsync_dir(directory: str) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -87,9 +91,46 @@ class LocalStorage(Storage):
     def delete_tree(self, directory: str) -> None:
         shutil.rmtree(local_path(directory), ignore_errors=True)
 
-    def rename(self, source: str, target: str) -> None:
+    def rename_new(self, source: str, target: str) -> None:
         target = local_path(target)
-        _in_new_dir(os.path.dirname(target), lambda: os.replace(local_path(source), target))
+        try:
+            _in_new_dir(os.path.dirname(target), lambda: os.link(local_path(source), target))
+        except FileExistsError:
+            raise PreconditionFailed(f"{target} exists already") from None
+        os.remove(local_path(source))
+
+    def same_object(self, first: str, second: str) -> bool:
+        try:
+            return os.path.samefile(local_path(first), local_path(second))  # linked, not yet unlinked
+        except FileNotFoundError:
+            return False
+
+    def identities(self, directory: str) -> dict[str, object]:
+        try:
+            entries = list(os.scandir(local_path(directory)))
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        return {e.name: _identity(e.stat(follow_symlinks=False)) for e in entries if e.is_file(follow_symlinks=False)}
+
+    def delete_if_identity(self, path: str, identity: object) -> bool:
+        path = local_path(path)
+        # Under a lock on the directory itself: no other conditional delete can remove this object
+        # between the check and the unlink, and nothing else can take its name while it exists.
+        try:
+            directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(directory, fcntl.LOCK_EX)
+            try:
+                if _identity(os.stat(path, follow_symlinks=False)) != identity:
+                    return False
+                os.remove(path)
+            except FileNotFoundError:
+                return False
+        finally:
+            os.close(directory)  # releases the lock
+        return True
 
     def _write_temp(self, path: str, data: bytes) -> str:
         directory = os.path.dirname(path) or "."
