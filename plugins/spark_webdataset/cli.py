@@ -1,5 +1,5 @@
 """`spark-webdataset`: validate, publish and inspect datasets; check dataset configs; make the demo source;
-stream one object (a shard) to stdout."""
+stream objects (shards) to stdout."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@
 Both open the version with wids (`wids.ShardListDataset(index_uri)`) on any
 storage: wids copies local shards into its cache itself; for gs:// it would
 shell out to `gsutil cp` (absent on most workers, blind to
-STORAGE_EMULATOR_HOST, and hanging without credentials), so `wids_for_gcs()`
+STORAGE_EMULATOR_HOST; a consumer task on it was found hung), so `wids_for_gcs()`
 hands wids a gs:// download handler that reads through our Storage instead
 (ADC or the emulator, bounded retries). Streaming readers (webdataset.WebDataset)
 open gs:// shards as `pipe:spark-webdataset cat gs://...`.
