@@ -100,6 +100,14 @@ class TarFormatError(WebDatasetError, ValueError):
         return (type(self), (self.message, self.offset, self.key, self.shard))
 
 
+class MemberSizeError(TarFormatError):
+    """A header's size (octal, base-256 or PAX) past what is left of the shard or over the maximum member size."""
+
+
+class BadPaxRecord(TarFormatError):
+    """A PAX extended header record that does not parse (its length, its `key=value` shape, its size value)."""
+
+
 # -- the versioning promise ------------------------------------------------
 
 

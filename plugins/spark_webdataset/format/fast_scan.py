@@ -13,8 +13,9 @@ wanted field are gathered into one Arrow binary array by a single
 
 It handles only what our writer and common tools write for plain
 WebDataset shards. At the first member it is not sure about (PAX or GNU
-headers, base-256 sizes, a damaged header, an odd name, a field twice, a
-key that comes back, a truncated tar) it hands over to the exact parser
+headers, base-256 sizes, a size past the shard's end or over the maximum
+member size (`tar_rules`), a damaged header, an odd name, a field twice,
+a key that comes back, a truncated tar) it hands over to the exact parser
 at the start of the sample that member may belong to, with the keys
 already read, so rows and errors (message, offset, key) are the exact
 parser's from there on.
@@ -29,6 +30,7 @@ from typing import BinaryIO, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from . import tar_rules
 from .names import USTAR_NAME_BYTES
 from .sample_reader import iter_samples
 from .ustar import BLOCK, padding
@@ -37,7 +39,6 @@ CHUNK_BYTES = 8 << 20  # tar bytes parsed together; a multiple of BLOCK
 SEEK_MEMBER_BYTES = 64 << 10  # key-only reads seek over members this large (as the exact parser does)
 FALLBACK_ROWS = 1024  # rows a batch of the exact parser's samples holds
 FALLBACK_BYTES = 32 << 20  # ... or payload bytes
-_SIZE_WEIGHTS = (8 ** np.arange(10, -1, -1)).astype(np.float64)  # exact: sizes < 2**33
 _CHECKSUM_WEIGHTS = 8 ** np.arange(5, -1, -1, dtype=np.int64)
 _USTAR = np.frombuffer(b"ustar", np.uint8)
 _DOT, _SLASH = 46, 47
@@ -133,7 +134,8 @@ def header_chain(buffer: bytearray, blocks: np.ndarray, start: int, dense: bool)
     size), or -1 when the chain ran past the last block; `after` is then
     the block of the next header (beyond `blocks`). `dense`: parse every
     block's size field with numpy at once (small members); else only the
-    headers on the chain, in Python.
+    headers on the chain, in Python. Either way the size field must have
+    the one shape `tar_rules.octal_sizes` reads.
     """
     chain: list[int] = []
     add = chain.append
@@ -148,10 +150,7 @@ def header_chain(buffer: bytearray, blocks: np.ndarray, start: int, dense: bool)
             add(i)
             i += 1 + (int(size[:11], 8) + BLOCK - 1) // BLOCK
         return chain, -1, i
-    tail = blocks[start:]
-    digits = tail[:, 124:135] - np.uint8(48)
-    valid = (digits < 8).all(axis=1) & ((tail[:, 135] == 0) | (tail[:, 135] == 32))
-    sizes = (digits.astype(np.float64) @ _SIZE_WEIGHTS).astype(np.int64)
+    valid, sizes = tar_rules.octal_sizes(blocks[start:])
     jumps = np.where(valid, 1 + (sizes + BLOCK - 1) // BLOCK, 0).tolist()  # 0: no header here
     i = 0
     limit -= start
@@ -224,28 +223,38 @@ class _Chunk:
 
 
 def read_sample_batches(
-    stream: BinaryIO, fields: Sequence[str], chunk_bytes: int = CHUNK_BYTES
+    stream: BinaryIO,
+    fields: Sequence[str],
+    chunk_bytes: int = CHUNK_BYTES,
+    shard_bytes: int | None = None,
+    max_member: int | str | None = None,
 ) -> Iterator[SampleBatch]:
     """The samples of the tar `stream`, a batch per chunk; the same rows and errors as `iter_samples`.
 
     `fields`: the field columns to build (members of other fields are
     skipped, their payloads never copied). Raises TarFormatError (offset,
-    key) as the exact parser does.
+    key) as the exact parser does. Sizes keep `tar_rules`: the shard ends
+    where the stream does if it can seek, else at `shard_bytes` if given;
+    a member past it or over `max_member` goes to the exact parser, which
+    names it; the buffer never grows for bytes the shard does not hold.
     """
     wanted = list(dict.fromkeys(fields))
     finished: set[str] = set()
+    limit = tar_rules.max_member_bytes(max_member)
+    total = tar_rules.remaining(stream)
+    total = shard_bytes if total is None else total  # tar bytes from buffer[0] at base 0, if known
     buffer = bytearray(chunk_bytes)
     filled = read_full(stream, memoryview(buffer)[:BLOCK])
     if not wanted and _seek_over_payloads(stream, buffer[:filled]):
         stream.seek(-filled, io.SEEK_CUR)
-        yield from _exact(stream, wanted, 0, finished)
+        yield from _exact(stream, wanted, 0, finished, total, limit)
         return
     base = 0  # tar offset of buffer[0]
     while True:
         got = read_full(stream, memoryview(buffer)[filled:])
         filled += got
         eof = filled < len(buffer)
-        chunk = _parse(buffer, filled, eof, wanted, finished)
+        chunk = _parse(buffer, filled, eof, wanted, finished, None if total is None else total - base, limit)
         if chunk.batch is not None and len(chunk.batch.keys):
             yield chunk.batch
         if chunk.end and not chunk.handover:
@@ -253,13 +262,17 @@ def read_sample_batches(
         if chunk.handover or eof:
             if stream.seekable():
                 stream.seek(chunk.keep - filled, io.SEEK_CUR)
-                yield from _exact(stream, wanted, base + chunk.keep, finished)
+                yield from _exact(stream, wanted, base + chunk.keep, finished, total, limit)
             else:
                 held = bytes(buffer[chunk.keep : filled])
-                yield from _exact(io.BufferedReader(_Resume(held, stream), 1 << 20), wanted, base + chunk.keep, finished)
+                resumed = io.BufferedReader(_Resume(held, stream), 1 << 20)
+                yield from _exact(resumed, wanted, base + chunk.keep, finished, total, limit)
             return
         carry = filled - chunk.keep
-        size = max(chunk_bytes, 2 * carry, -(-chunk.need // BLOCK) * BLOCK)
+        need = -(-chunk.need // BLOCK) * BLOCK
+        if total is None:  # the shard's end unknown: grow as its bytes arrive, never by a size alone
+            need = min(need, 2 * len(buffer))
+        size = max(chunk_bytes, 2 * carry, need)
         # a larger buffer for a sample larger than a chunk, else the carry moves to the front
         fresh = bytearray(size) if size > len(buffer) or 4 * size < len(buffer) else buffer
         fresh[:carry] = buffer[chunk.keep : filled]
@@ -274,12 +287,15 @@ def _seek_over_payloads(stream: BinaryIO, first: bytes) -> bool:
     return not size.translate(None, b"01234567") and int(size, 8) >= SEEK_MEMBER_BYTES
 
 
-def _exact(stream: BinaryIO, wanted: list[str], offset: int, finished: set[str]) -> Iterator[SampleBatch]:
+def _exact(
+    stream: BinaryIO, wanted: list[str], offset: int, finished: set[str], total: int | None, limit: int
+) -> Iterator[SampleBatch]:
     """The exact parser from `offset` on, its samples gathered into batches."""
     keys: list[str] = []
     columns: dict[str, list[bytes | None]] = {name: [] for name in wanted}
     size = 0
-    for sample in iter_samples(stream, set(wanted), offset=offset, finished=finished):
+    samples = iter_samples(stream, set(wanted), offset=offset, finished=finished, shard_bytes=total, max_member=limit)
+    for sample in samples:
         keys.append(sample.key)
         for name in wanted:
             value = sample.fields.get(name)
@@ -298,24 +314,34 @@ def _batch_of(keys: list[str], columns: dict[str, list[bytes | None]]) -> Sample
     )
 
 
-def _parse(buffer: bytearray, filled: int, eof: bool, wanted: list[str], finished: set[str]) -> _Chunk:
-    """Parse buffer[:filled] (it starts at a header); emit the samples surely complete and valid."""
+def _parse(
+    buffer: bytearray, filled: int, eof: bool, wanted: list[str], finished: set[str], left: int | None, limit: int
+) -> _Chunk:
+    """Parse buffer[:filled] (it starts at a header); emit the samples surely complete and valid.
+
+    `left`: the shard's bytes from buffer[0] on (None: not known); `limit`: the maximum member size.
+    """
     out = _Chunk()
     blocks_n = filled // BLOCK
     blocks = np.frombuffer(buffer, np.uint8, count=blocks_n * BLOCK).reshape(blocks_n, BLOCK)
     chain, stop, _ = header_chain(buffer, blocks, 0, dense=True)
     headers = np.asarray(chain, dtype=np.int64)
     rows = blocks[headers]
-    sizes = ((rows[:, 124:135] - np.uint8(48)).astype(np.float64) @ _SIZE_WEIGHTS).astype(np.int64)
+    _, sizes = tar_rules.octal_sizes(rows)
     positions = headers * BLOCK
     ends = positions + BLOCK + sizes
     # members here with their padding (the exact parser reads it: a tar cut inside it is truncated)
     complete = int(np.searchsorted(ends + padding(sizes), filled, side="right"))
+    # a size past the shard's end or over the limit: from its sample on, the exact parser names it
+    within = tar_rules.sizes_within(sizes, limit, positions + BLOCK, left)
+    oversized = not within.all()
+    if oversized:
+        complete = min(complete, int(within.argmin()))
     faults = header_faults(rows[:complete])
     lengths, dot, name_faults = split_names(rows[:complete, :USTAR_NAME_BYTES])
     faults |= name_faults
     good = int(faults.argmax()) if faults.any() else complete
-    handover = good < complete
+    handover = good < complete or oversized
     if not handover and stop >= 0 and complete == len(chain):
         # where the next header belongs there is no octal size field: the end, or for the exact parser
         if blocks[stop].any():

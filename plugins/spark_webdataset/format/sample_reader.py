@@ -2,22 +2,25 @@
 
 Our own header parser rather than `tarfile`: it streams (one pass, no
 seeks), reports the byte offset of every problem, and costs a few µs a
-member. It reads USTAR, PAX (`path`) and GNU long names, as other tools
-write them; grouping follows webdataset's `group_by_keys`: consecutive
+member. It reads USTAR, PAX (`path`, `size`) and GNU long names and
+base-256 sizes, as other tools write them, and holds every size to the
+rules of `tar_rules` (within the shard, within the maximum member size)
+before it reads a byte of the payload; grouping follows webdataset's `group_by_keys`: consecutive
 members with the same key form one sample.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterator
 
 from ..errors import TarFormatError
+from . import tar_rules
 from .names import split_member_name
 from .ustar import BLOCK
 
 REGULAR_TYPES = (b"0", b"\0", b"7")
+READ_PIECE_BYTES = 8 << 20  # a read of a size the shard's end does not bound goes in pieces this large
 
 
 @dataclass
@@ -40,49 +43,32 @@ class Sample:
     fields: dict[str, bytes | None] = field(default_factory=dict)
 
 
-def _number(raw: bytes, offset: int, what: str) -> int:
-    if raw and raw[0] & 0x80:  # GNU base-256
-        value = int.from_bytes(raw[1:], "big")
-        return value
-    text = raw.rstrip(b"\0 ").lstrip(b" ")
-    if not text:
-        return 0
-    try:
-        return int(text, 8)
-    except ValueError:
-        raise TarFormatError(f"the {what} field {raw!r} is not an octal number", offset) from None
-
-
-def _pax_records(data: bytes, offset: int) -> dict[str, str]:
-    records: dict[str, str] = {}
-    position = 0
-    while position < len(data):
-        match = re.match(rb"(\d+) ", data[position:])
-        if not match:
-            raise TarFormatError("a PAX record has no length", offset)
-        length = int(match.group(1))
-        record = data[position + match.end() : position + length - 1]
-        key, _, value = record.partition(b"=")
-        records[key.decode("utf-8", "replace")] = value.decode("utf-8", "surrogateescape")
-        position += length
-    return records
-
-
 def iter_members(
-    stream: BinaryIO, read_data: bool | Callable[[str], bool] = True, offset: int = 0
+    stream: BinaryIO,
+    read_data: bool | Callable[[str], bool] = True,
+    offset: int = 0,
+    shard_bytes: int | None = None,
+    max_member: int | str | None = None,
 ) -> Iterator[TarMember]:
     """Yield the members of a tar stream; raises TarFormatError with the offset on damage.
 
     `offset`: where in the tar the stream starts (at a header), for the
-    offsets reported (the fast path hands over mid-shard).
+    offsets reported (the fast path hands over mid-shard). Every size is
+    held to the rules of `tar_rules` before anything is read: the shard's
+    end is the stream's when it can seek, else `shard_bytes` (the whole
+    tar's size, in the same offsets) if given; `max_member`: the maximum
+    member size (default: the configured one).
     """
+    limit = tar_rules.max_member_bytes(max_member)
     long_name: str | None = None
+    size_override: int | None = None  # from a PAX `size` record, for the next member
     member_offset: int | None = None
-    end: int | None = None
-    if stream.seekable():  # once, so skipping a payload is one relative seek
-        here = stream.tell()
-        end = stream.seek(0, 2)
-        stream.seek(here)
+    end: int | None = None  # of the stream (its own positions), to seek over payloads
+    tar_end = shard_bytes  # where the shard ends, in tar offsets
+    left_now = tar_rules.remaining(stream)  # once, so skipping a payload is one relative seek
+    if left_now is not None:
+        end = stream.tell() + left_now
+        tar_end = offset + left_now
     while True:
         header = stream.read(BLOCK)
         if len(header) == 0:
@@ -94,23 +80,29 @@ def iter_members(
             if rest != bytes(BLOCK):
                 raise TarFormatError("a zero block is not followed by a second one", offset)
             return
-        checksum = _number(header[148:156], offset, "checksum")
+        checksum = tar_rules.decode_number(header[148:156], offset, "checksum")
         computed = sum(header[:148]) + 256 + sum(header[156:])
         if checksum != computed:
             raise TarFormatError(f"header checksum {checksum} does not match the header ({computed})", offset)
-        size = _number(header[124:136], offset, "size")
+        size = tar_rules.decode_number(header[124:136], offset, "size")
+        source = "base-256" if header[124] & 0x80 else ""
         typeflag = header[156:157]
         start = offset if member_offset is None else member_offset
-        padded = size + (-size % BLOCK)
+        left = None if tar_end is None else tar_end - offset - BLOCK
         if typeflag in (b"x", b"L", b"g"):
-            body = stream.read(padded)
+            padded = tar_rules.check_extended_size(size, offset, left)
+            body = _read(stream, padded, left is not None)
             if len(body) < padded:
-                raise TarFormatError("the tar is truncated inside an extended header", offset)
+                raise tar_rules.extended_truncated(len(body), padded, offset)
             payload = body[:size]
             if typeflag == b"x":
-                long_name = _pax_records(payload, offset).get("path", long_name)
+                records = tar_rules.parse_pax(payload, offset)
+                long_name = records.get("path", long_name)
+                size_override = tar_rules.pax_size(records, offset)
             elif typeflag == b"L":
                 long_name = payload.rstrip(b"\0").decode("utf-8", "surrogateescape")
+            else:
+                tar_rules.parse_pax(payload, offset)  # global records: checked, not applied
             member_offset = start if typeflag != b"g" else member_offset
             offset += BLOCK + padded
             continue
@@ -121,25 +113,42 @@ def iter_members(
                 prefix = header[345:500].split(b"\0", 1)[0]
                 raw_name = prefix + b"/" + raw_name
             name = raw_name.decode("utf-8", "surrogateescape")
+        if size_override is not None:
+            size, source = size_override, "from a PAX record"
+        padded = tar_rules.check_member_size(name, size, offset, left, limit, source)
         if not name.isascii():
             _check_utf8(name, offset)
         wanted = read_data(name) if callable(read_data) else read_data
         if wanted or typeflag not in REGULAR_TYPES:
-            body = stream.read(padded)
+            body = _read(stream, padded, left is not None)
             if len(body) < padded:
-                raise TarFormatError(
-                    f"member {name!r} is truncated ({len(body)} of {padded} bytes)", offset
-                )
+                raise tar_rules.truncated(name, len(body), padded, offset, size, source)
             data = body[:size]
         else:
             skipped = _skip(stream, padded, end)
             if skipped < padded:
-                raise TarFormatError(f"member {name!r} is truncated ({skipped} of {padded} bytes)", offset)
+                raise tar_rules.truncated(name, skipped, padded, offset, size, source)
             data = None
         yield TarMember(name=name, offset=start, size=size, typeflag=typeflag, data=data)
         offset += BLOCK + padded
         long_name = None
+        size_override = None
         member_offset = None
+
+
+def _read(stream: BinaryIO, count: int, bounded: bool) -> bytes:
+    """`count` bytes, or fewer at the stream's end. Unless the shard's end bounds `count` (`bounded`),
+    read in pieces: a size no byte backs then costs what the stream really holds, not `count`."""
+    if bounded or count <= READ_PIECE_BYTES:
+        return stream.read(count)
+    pieces = []
+    while count > 0:
+        piece = stream.read(min(count, READ_PIECE_BYTES))
+        if not piece:
+            break
+        pieces.append(piece)
+        count -= len(piece)
+    return b"".join(pieces)
 
 
 def _check_utf8(name: str, offset: int) -> None:
@@ -166,7 +175,12 @@ def _skip(stream: BinaryIO, count: int, end: int | None) -> int:
 
 
 def iter_samples(
-    stream: BinaryIO, fields: set[str] | None = None, offset: int = 0, finished: set[str] | None = None
+    stream: BinaryIO,
+    fields: set[str] | None = None,
+    offset: int = 0,
+    finished: set[str] | None = None,
+    shard_bytes: int | None = None,
+    max_member: int | str | None = None,
 ) -> Iterator[Sample]:
     """Group members into samples by WebDataset's rule; strict about its shape.
 
@@ -176,6 +190,7 @@ def iter_samples(
     Raises TarFormatError on non-regular members, names not of the
     `<key>.<field>` shape, a field twice in a sample, and a key that comes
     back after another key (members of a sample not adjacent).
+    `shard_bytes`, `max_member`: as `iter_members` takes them.
     """
     current: Sample | None = None
     finished = set() if finished is None else finished
@@ -184,7 +199,8 @@ def iter_samples(
         parts = split_member_name(name)
         return fields is None or (parts is not None and parts[1] in fields)
 
-    for member in iter_members(stream, read_data=wanted, offset=offset):
+    members = iter_members(stream, read_data=wanted, offset=offset, shard_bytes=shard_bytes, max_member=max_member)
+    for member in members:
         if not member.is_regular:
             raise TarFormatError(
                 f"member {member.name!r} is not a regular file (type {member.typeflag!r})", member.offset

@@ -12,8 +12,9 @@ kernels check the key rules (the writer's INVALID_KEY_PATTERN), keys that
 come back, and numpy bit sets the fields of each sample.
 
 It only ever says "valid" or "ask the slow path": any shard it is not
-sure about (damage, PAX or GNU headers, base-256 sizes, odd names, a broken
-rule) returns None, and `verify_shard` re-reads it with the exact parser,
+sure about (damage, PAX or GNU headers, base-256 sizes, a size over the
+maximum member size or past the shard's end (`tar_rules`), odd names, a
+broken rule) returns None, and `verify_shard` re-reads it with the exact parser,
 which names the error, the offset and the key.
 """
 
@@ -26,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from . import tar_rules
 from .checksums import Digests
 from .fast_scan import field_values, header_chain, header_faults, read_full, split_names
 from .names import INVALID_KEY_PATTERN, USTAR_NAME_BYTES
@@ -52,7 +54,8 @@ class _NotSure(Exception):
 class _Members:
     """What the chunks found, a few bytes a member: sample starts, field codes, sample keys."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit  # the maximum member size
         self.starts: list[np.ndarray] = []
         self.codes: list[np.ndarray] = []
         self.key_bytes: list[np.ndarray] = []
@@ -63,6 +66,9 @@ class _Members:
     def add(self, headers: np.ndarray) -> None:
         """Check the (m, 512) header rows of one chunk and keep what the shard checks need."""
         if header_faults(headers).any():
+            raise _NotSure
+        # past the shard's end the chain never reaches the end-of-archive blocks: not sure either
+        if not tar_rules.sizes_within(tar_rules.octal_sizes(headers)[1], self.limit).all():
             raise _NotSure
         # names: only the columns some name uses, plus one NUL column
         used = np.flatnonzero(headers[:, :USTAR_NAME_BYTES].any(axis=0))
@@ -148,10 +154,14 @@ def _scan(stream: BinaryIO, members: _Members, digest: Digests) -> int:
     return total
 
 
-def scan_shard(stream: BinaryIO, required_fields: Iterable[str] = ()) -> ShardScan | None:
-    """Read `stream` to its end; a ShardScan if the shard is surely valid, else None."""
+def scan_shard(
+    stream: BinaryIO, required_fields: Iterable[str] = (), max_member: int | str | None = None
+) -> ShardScan | None:
+    """Read `stream` to its end; a ShardScan if the shard is surely valid, else None.
+
+    `max_member`: the maximum member size (default: the configured one)."""
     digest = Digests()
-    members = _Members()
+    members = _Members(tar_rules.max_member_bytes(max_member))
     try:
         total = _scan(stream, members, digest)
     except _NotSure:

@@ -13,6 +13,7 @@ from typing import BinaryIO, Callable, Iterable
 from .checksums import Digests
 from .names import key_error
 from .sample_reader import TarFormatError, iter_samples
+from .tar_rules import remaining
 from .scan import scan_shard
 
 MAX_ERRORS_PER_SHARD = 20
@@ -85,19 +86,28 @@ class ShardReport:
 
 
 def verify_shard(
-    name: str, stream: BinaryIO, expected: dict | None, required_fields: Iterable[str] = ()
+    name: str,
+    stream: BinaryIO,
+    expected: dict | None,
+    required_fields: Iterable[str] = (),
+    shard_bytes: int | None = None,
+    max_member: int | str | None = None,
 ) -> ShardReport:
     """Stream `stream` once; report every rule it breaks (up to a bound) with offsets and keys.
 
     `expected` is the shard's manifest entry (samples, bytes, crc32c and/or
     sha256, first_key, last_key), or None for a shard the manifest does not
     list. Both checksums are computed; those the entry carries are compared.
+    The sizes in headers are held to the shard's end (the stream's, if it
+    can seek, else `shard_bytes`, as storage lists it) and to `max_member`.
     """
     report = ShardReport(name)
     required = set(required_fields)
+    left = remaining(stream)
+    shard_bytes = shard_bytes if left is None else left
     reader = HashingReader(stream)
     try:
-        for sample in iter_samples(reader):
+        for sample in iter_samples(reader, shard_bytes=shard_bytes, max_member=max_member):
             report.samples += 1
             report.keys.append(sample.key)
             problem = key_error(sample.key)
@@ -118,16 +128,21 @@ def verify_shard(
 
 
 def check_shard(
-    name: str, open_stream: Callable[[], BinaryIO], expected: dict | None, required_fields: Iterable[str] = ()
+    name: str,
+    open_stream: Callable[[], BinaryIO],
+    expected: dict | None,
+    required_fields: Iterable[str] = (),
+    shard_bytes: int | None = None,
+    max_member: int | str | None = None,
 ) -> ShardReport:
     """`verify_shard`'s answer at the speed of reading: the fast scan first, the exact parser
     (a second read) only for a shard the scan cannot vouch for."""
     required = sorted(set(required_fields))
     with open_stream() as stream:
-        scan = scan_shard(stream, required)
+        scan = scan_shard(stream, required, max_member)
     if scan is None:
         with open_stream() as stream:
-            return verify_shard(name, stream, expected, required)
+            return verify_shard(name, stream, expected, required, shard_bytes, max_member)
     report = ShardReport(
         name, samples=len(scan.keys), bytes=scan.bytes, crc32c=scan.crc32c, sha256=scan.sha256, keys=scan.keys
     )
