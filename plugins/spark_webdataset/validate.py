@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from .format.keys import count_duplicates, merge_blocks
 from .format.manifest import Manifest
-from .format.verify import check_shard
+from .format.verify import ShardReport, check_shard
 from .layout import MANIFEST_NAME, METADATA_FILES, Version
 from .storage import storage_for
 
@@ -101,12 +101,21 @@ class ValidationReport:
         return "\n".join(lines)
 
 
-def _check_shard(task: tuple[str, str, dict | None, list[str], str | None]) -> dict:
-    """One shard, in a worker process; its sorted keys go to `keys_path` as an Arrow stream."""
-    uri, name, expected, required, keys_path = task
+def _check_shard(task: tuple[str, str, dict | None, list[str], str | None, int | None]) -> dict:
+    """One shard, in a worker process; its sorted keys go to `keys_path` as an Arrow stream.
+
+    Whatever the shard holds, the answer is a result: a shard that cannot
+    be read or checked at all is one with that error (its shard named), so
+    the report is written and says `ok: false` (a broken tar is already an
+    error with its offset, from `check_shard`)."""
+    uri, name, expected, required, keys_path, listed_bytes = task
     storage = storage_for(uri)
     path = storage.join(uri, name)
-    report = check_shard(name, lambda: storage.open_read(path), expected, required)
+    try:
+        report = check_shard(name, lambda: storage.open_read(path), expected, required, listed_bytes)
+    except Exception as error:  # noqa: BLE001 - one shard's failure is an error of the report, not a crash
+        report = ShardReport(name)
+        report.error(f"the shard could not be checked: {type(error).__name__}: {error}", getattr(error, "offset", None))
     result = report.summary()
     result["error_list"] = report.errors
     if keys_path is not None:
@@ -132,7 +141,7 @@ def _tasks(uri: str, manifest: Manifest, present: dict[str, int], required: Sequ
         if shard.name not in present:
             report.add_error("shard is listed in the manifest but missing", shard.name)
             continue
-        yield shard.name, {
+        yield shard.name, present[shard.name], {
             "samples": shard.samples,
             "bytes": shard.bytes,
             "crc32c": shard.crc32c,
@@ -142,7 +151,7 @@ def _tasks(uri: str, manifest: Manifest, present: dict[str, int], required: Sequ
         }
     for name in sorted(present):
         if name not in listed and name.endswith(".tar"):
-            yield name, None
+            yield name, present[name], None
 
 
 def required_fields(manifest: Manifest, extra: Sequence[str] = ()) -> list[str]:
@@ -208,10 +217,10 @@ def _check_totals(document: dict, manifest: Manifest, report: ValidationReport) 
 
 
 def _check_with_pool(uri, tasks, required, workers, progress):
-    names = [name for name, _ in tasks]
+    names = [name for name, _, _ in tasks]
     with tempfile.TemporaryDirectory(prefix="wds-validate-") as scratch:
         runs = [os.path.join(scratch, f"{index:06d}.keys") for index in range(len(tasks))]
-        jobs = [(uri, name, expected, required, run) for (name, expected), run in zip(tasks, runs)]
+        jobs = [(uri, name, expected, required, run, size) for (name, size, expected), run in zip(tasks, runs)]
         workers = workers or os.cpu_count() or 1
         bar = tqdm(total=len(jobs), unit="shard", desc="validate", disable=not progress)
         if workers == 1 or len(jobs) <= 1:
@@ -234,7 +243,7 @@ def _check_with_spark(uri, tasks, required, master):
     from pyspark.sql import functions as F
 
     spark = SparkSession.builder.master(master).appName("validate_webdataset").getOrCreate()
-    jobs = [(uri, name, expected, list(required), None) for name, expected in tasks]
+    jobs = [(uri, name, expected, list(required), None, size) for name, size, expected in tasks]
     checked = spark.sparkContext.parallelize(jobs, max(1, len(jobs))).map(_check_shard).cache()
     results = checked.map(lambda r: {k: v for k, v in r.items() if k != "keys"}).collect()
     keys = checked.flatMap(lambda r: ((key, r["name"]) for key in r["keys"])).toDF(["key", "shard"])
