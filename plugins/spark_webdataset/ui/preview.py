@@ -5,6 +5,12 @@ gs://) and parsed with `format.sample_reader.iter_members`; payloads of
 fields that cannot be shown are skipped by seeking. Whatever the shard
 size, a preview reads at most `budget` bytes: it stops at N samples or
 at the budget, and says which.
+
+A shard another tool wrote may hold keys our key rules refuse (`../evil`,
+`/abs`, `a//b`, ...): such a sample is shown, but marked (`key_problem`
+says which rule it breaks) and named in the preview's errors, which the
+page shows as warnings. A key is only ever data here: it goes into
+escaped HTML, never into a path or a URL.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
 from ..errors import StorageError, TarFormatError
-from ..format.names import split_member_name
+from ..format.names import key_error, split_member_name
 from ..format.sample_reader import iter_members
 from ..format.ustar import BLOCK
 from ..layout import Version
@@ -135,7 +141,8 @@ def _samples(stream: BinaryIO, shard: str, base: int = 0) -> Iterator[dict]:
         if current is None or current["key"] != key:
             if current is not None:
                 yield current
-            current = {"key": key, "shard": shard, "offset": base + member.offset, "members": []}
+            current = {"key": key, "shard": shard, "offset": base + member.offset, "members": [],
+                       "key_problem": key_error(key)}
         current["members"].append((ext, member.data, member.size))
     if current is not None:
         yield current
@@ -144,7 +151,8 @@ def _samples(stream: BinaryIO, shard: str, base: int = 0) -> Iterator[dict]:
 def _finish(sample: dict, with_data_urls: bool) -> dict:
     fields = [describe_field(ext, data, size, with_data_urls) for ext, data, size in sample["members"]]
     label = next((f["text"].strip() for f in fields if f["field"] == "cls" and "text" in f), None)
-    return {"key": sample["key"], "shard": sample["shard"], "offset": sample["offset"], "label": label, "fields": fields}
+    return {"key": sample["key"], "shard": sample["shard"], "offset": sample["offset"], "label": label,
+            "key_problem": sample["key_problem"], "fields": fields}
 
 
 @dataclass
@@ -157,6 +165,16 @@ class Preview:
     def to_dict(self) -> dict:
         return {"samples": self.samples, "count": len(self.samples), "stopped": self.stopped,
                 "bytes_read": self.bytes_read, "errors": self.errors}
+
+    def add(self, sample: dict, with_data_urls: bool) -> None:
+        """A sample shown; one whose key breaks a key rule is also a warning among the errors."""
+        self.samples.append(_finish(sample, with_data_urls))
+        problem = sample["key_problem"]
+        if problem is not None:
+            self.errors.append({
+                "shard": sample["shard"], "offset": sample["offset"], "key": sample["key"],
+                "error": f"sample at offset {sample['offset']}: key {sample['key']!r} breaks a key rule: {problem}",
+            })
 
 
 @contextmanager
@@ -189,7 +207,7 @@ def first_samples(version: Version, shards: list[tuple[str, int]], count: int, b
             break
         with _shard_errors(name, preview), _open_shard(version, name) as raw:
             for sample in _samples(_Budgeted(raw, spent), name):
-                preview.samples.append(_finish(sample, with_data_urls))
+                preview.add(sample, with_data_urls)
                 if len(preview.samples) >= count:
                     break
     return _finished(preview, count, budget, spent)
@@ -248,7 +266,7 @@ def random_samples(version: Version, shards: list[tuple[str, int]], count: int, 
                     continue
                 if (name, sample["offset"]) not in seen:
                     seen.add((name, sample["offset"]))
-                    preview.samples.append(_finish(sample, with_data_urls))
+                    preview.add(sample, with_data_urls)
                 break
     preview.samples.sort(key=lambda s: (s["shard"], s["offset"]))
     return _finished(preview, count, budget, spent)

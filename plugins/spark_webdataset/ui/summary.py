@@ -2,7 +2,9 @@
 
 Names that come from a URL are checked here before any path is built:
 a version id by `layout.check_version_id`, a shard name by `check_shard_name`
-and by being listed in the version's manifest.
+and by being listed in the version's manifest. Keys are data, never part of
+a path: a shard's first or last key that breaks a key rule is marked
+(`key_problem`), not shown as an ordinary key.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import re
 
 from ..errors import InputError, NotCommitted, WebDatasetError
 from ..format.manifest import Manifest
+from ..format.names import key_error
 from ..layout import PUBLISHED_DIR, Dataset, Version, check_version_id, iso_utc
 from ..publish import record_order, version_order
 
@@ -27,6 +30,15 @@ def check_shard_name(name: object) -> str:
     if not isinstance(name, str) or not _SHARD_NAME.fullmatch(name) or ".." in name:
         raise InputError(f"shard name {name!r} is not a shard file name ([A-Za-z0-9][A-Za-z0-9._-]*.tar, no '..')")
     return name
+
+
+def key_range_problem(first_key: object, last_key: object) -> str | None:
+    """Which key rule a shard's first or last key breaks (the first found), or None."""
+    for which, key in (("first", first_key), ("last", last_key)):
+        problem = key_error(key)
+        if problem is not None:
+            return f"{which} key {key!r}: {problem}"
+    return None
 
 
 def _manifest(version: Version) -> Manifest | None:
@@ -157,6 +169,7 @@ def version_detail(root: str, version_id: str) -> dict:
                 "sha256": shard.sha256 or (checked.get(shard.name) or {}).get("sha256"),
                 "first_key": shard.first_key,
                 "last_key": shard.last_key,
+                "key_problem": key_range_problem(shard.first_key, shard.last_key) if shard.samples else None,
             }
         )
     report = None
