@@ -17,12 +17,16 @@ Logic lives in `spark_webdataset.consumer`; this file is wiring only.
 
 from __future__ import annotations
 
+import datetime
+
 import pendulum
 from airflow.sdk import DAG, AssetAny, task
 
 from spark_webdataset.airflow_dags import build_dags
 
 assets = list(build_dags().assets.values())
+# A reading task that hangs (storage, a stuck worker) fails after this, and retries once.
+READ_TIMEOUT = datetime.timedelta(hours=1)
 
 with DAG(
     dag_id="consume_webdataset",
@@ -31,7 +35,7 @@ with DAG(
     start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
     catchup=False,
     tags=["webdataset", "example"],
-    default_args={"retries": 1},
+    default_args={"retries": 1, "execution_timeout": READ_TIMEOUT},
 ) as dag:
 
     @task

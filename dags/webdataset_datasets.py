@@ -13,7 +13,10 @@ installed package's `spark_webdataset/entry/build_webdataset.py`) >>
   forward only; it updates the dataset's Asset, whose event carries
   version, root, URI, index, samples, shards and bytes.
 * **Params**: the form starts from the config; a manual run may override
-  any field.
+  any field but the root: the config alone says where the dataset lives
+  (a run conf naming another `output_root` fails `plan`, nothing written).
+* **Timeouts**: every task has the config's `timeouts` (defaults: plan 10m,
+  write_shards 6h, validate 3h, publish 30m) as its `execution_timeout`.
 * **Failures**: bad input (the job exits 2: a missing source, a bad key or
   option) and an unfit version fail at once; anything else retries.
 * **Spark**: the config's connection (`spark_default`, from

@@ -31,8 +31,11 @@ def build_dag(airflow_db):
     return dataset_dag("digits")
 
 
-def conf(source: str, root: Path, **extra) -> dict:
-    return {"source": source, "output_root": str(root), "max_shard_bytes": "512KiB", **extra}
+def config_dag(folder: Path, name: str, monkeypatch, **fields):
+    """The DAG of a config written for this test (a run's Params cannot move the root: the config gives it)."""
+    write_config(folder, name, **fields)
+    monkeypatch.setenv("SPARK_WEBDATASET_DATASETS", str(folder))
+    return dataset_dag(name)
 
 
 def run(dag, run_conf: dict, logical_date: datetime.datetime | None, run_after: datetime.datetime | None = None):
@@ -139,7 +142,9 @@ def test_a_config_file_gives_a_dag_that_backfills_two_dates_out_of_order_and_rer
     assert json.loads((copy / "_validation.json").read_text())["ok"] is False
 
 
-def test_spark_job_killed_mid_write_leaves_no_visible_version(build_dag, digits_source, tmp_path) -> None:
+def test_spark_job_killed_mid_write_leaves_no_visible_version(
+    airflow_db, digits_source, tmp_path, monkeypatch
+) -> None:
     root = tmp_path / "root"
     version_dir = root / "versions" / "killed"
     command = [
@@ -165,18 +170,24 @@ def test_spark_job_killed_mid_write_leaves_no_visible_version(build_dag, digits_
         publish(str(root), "killed")
     assert not (root / "_published").exists()
 
-    fields = ["png=image", "cls=label"]
-    extra = {"version": "killed", "key": "format_string('%06d', id)", "fields": fields, "max_shard_bytes": "64KiB"}
-    assert run(build_dag, conf(digits_source, root, **extra), day(20)).state == "success"
+    dag = config_dag(
+        tmp_path / "datasets", "killed_write", monkeypatch, source=digits_source, root=str(root),
+        key="format_string('%06d', id)", fields={"png": "image", "cls": "label"}, max_shard_bytes="64KiB",
+    )  # fmt: skip
+    assert run(dag, {"version": "killed"}, day(20)).state == "success"
     assert read_latest(str(root)) == "killed"
     assert json.loads((root / "_published" / "killed.json").read_text())["samples"] == 1797
     assert not (version_dir / "_staging").exists()
     assert validate_version(str(version_dir), write_report=False).ok
 
 
-def test_bad_input_fails_the_spark_task_on_its_first_try_with_the_reason(build_dag, tmp_path, capfd) -> None:
+def test_bad_input_fails_the_spark_task_on_its_first_try_with_the_reason(
+    airflow_db, tmp_path, capfd, monkeypatch
+) -> None:
     missing = tmp_path / "no-such-source"
-    dag_run = run(build_dag, conf(str(missing), tmp_path / "root"), day(21))
+    root = str(tmp_path / "root")
+    dag = config_dag(tmp_path / "datasets", "bad_input", monkeypatch, source=str(missing), root=root, key="id")
+    dag_run = run(dag, {}, day(21))
     assert dag_run.state == "failed"
     states = {ti.task_id: (ti.state, ti.try_number) for ti in dag_run.get_task_instances()}
     assert states["plan"] == ("success", 1)

@@ -210,9 +210,12 @@ def test_a_config_gives_its_dag_params_asset_and_spark_settings(tmp_path) -> Non
     params = {name: param.value for name, param in dag.params.items()}
     assert params == {
         "source": "gs://raw/{ds}/*.parquet", "source_table": None, "source_format": "parquet",
-        "output_root": "gs://b/images", "key": "image_id", "fields": ["jpg=bytes", "cls=label"],
+        "key": "image_id", "fields": ["jpg=bytes", "cls=label"],
         "max_shard_bytes": "3GiB", "max_samples_per_shard": 5000, "order": "key", "version": None,
     }  # fmt: skip
+    # no root in the form: the config alone says where the dataset lives; the version override names its rule
+    assert "output_root" not in dag.params
+    assert dag.params.get_param("version").description.endswith("[A-Za-z0-9][A-Za-z0-9._-]{0,127}, and no '..'")
     described = {name: dag.params.get_param(name).description for name in ("source", "source_format", "key")}
     assert described == {
         "source": "Spark source URI; {ds}, {ds_nodash}, {version} are filled in",
@@ -226,6 +229,10 @@ def test_a_config_gives_its_dag_params_asset_and_spark_settings(tmp_path) -> Non
     assert {t.task_id: (t.retries, t.owner) for t in dag.tasks} == {
         name: (4, "ml-data") for name in ("plan", "write_shards", "validate", "publish")
     }
+    hours = datetime.timedelta(hours=1)  # the config gives none: the defaults
+    assert {t.task_id: t.execution_timeout for t in dag.tasks} == {
+        "plan": hours / 6, "write_shards": 6 * hours, "validate": 3 * hours, "publish": hours / 2,
+    }  # fmt: skip
     write_shards = dag.get_task("write_shards")
     assert isinstance(write_shards, SparkJobOperator)
     assert (write_shards._conn_id, write_shards.conf, write_shards.py_files) == (

@@ -6,9 +6,15 @@ import datetime
 
 import pytest
 
-from spark_webdataset.pipeline import PipelineError, plan_run
+from spark_webdataset import pipeline
+from spark_webdataset.pipeline import PipelineError
 
 UTC = datetime.timezone.utc
+ROOT = "/data/out/"  # the dataset config's root: a run's Params no longer give it
+
+
+def plan_run(params: dict, logical_date, run_after) -> dict:
+    return pipeline.plan_run(params, logical_date, run_after, ROOT)
 
 
 def params(**changes) -> dict:
@@ -16,7 +22,6 @@ def params(**changes) -> dict:
         "source": "/data/raw",
         "source_table": None,
         "source_format": "parquet",
-        "output_root": "/data/out/",
         "key": "format_string('%05d', id)",
         "fields": ["png=image", "cls=label"],
         "max_shard_bytes": "3GiB",

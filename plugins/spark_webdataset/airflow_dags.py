@@ -6,6 +6,10 @@
 >> `validate` >> `publish`
 (outlet: the Asset `webdataset_<name>` of the dataset's root).
 
+Every task writes only into its config's root: the Params form has no root,
+a run conf naming another fails `plan` (who may trigger one DAG may change
+no other dataset), and each task has the config's `execution_timeout`.
+
 Why two DAG files use it (dags/webdataset_datasets.py registers the DAGs,
 dags/dataset_config_errors.py raises the errors): Airflow 3.3 records
 import errors per file, and an import error marks every DAG of that file
@@ -32,11 +36,11 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from .build_job import ORDERS
 from .dataset_config import DatasetConfig, DatasetConfigError, InvalidDatasetConfigs, load_folder
 from .errors import EXIT_BAD_INPUT
+from .layout import VERSION_ID_RULE
 from .entry import BUILD_WEBDATASET, script
 from .pipeline import PipelineError
 
 RETRY_DELAY = datetime.timedelta(minutes=1)
-SPARK_JOB_TIMEOUT = datetime.timedelta(hours=6)
 
 
 class SparkJobOperator(SparkSubmitOperator):
@@ -87,19 +91,22 @@ def dataset_asset(config: DatasetConfig) -> Asset:
 
 
 def run_params(config: DatasetConfig) -> dict[str, Param]:
-    """The manual-run form: every field starts at the config's value and can be overridden per run."""
+    """The manual-run form: each field starts at the config's value and can be overridden per run.
+
+    Not the root: the config folder alone says where a dataset lives (a run conf that still names
+    `output_root` must name the config's root, or `plan` fails).
+    """
     about = {name: info.description for name, info in DatasetConfig.model_fields.items()}  # the config's own words
     return {
         "source": Param(config.source, type=["null", "string"], description=about["source"]),
         "source_table": Param(config.source_table, type=["null", "string"], description="a catalog table instead of source (give one of the two)"),
         "source_format": Param(config.source_format, type="string", description=about["source_format"]),
-        "output_root": Param(config.root, type="string", description="dataset root (local path or gs://)"),
         "key": Param(config.key, type="string", description=about["key"]),
         "fields": Param(config.field_args, type="array", items={"type": "string"}, description="EXT=COLUMN_OR_SQL, one per member; empty: every other column"),
         "max_shard_bytes": Param(config.max_shard_bytes, type="string", description="hard cap per shard, e.g. 3GiB"),
         "max_samples_per_shard": Param(config.max_samples_per_shard, type=["null", "integer"], minimum=1),
         "order": Param(config.order, enum=list(ORDERS)),
-        "version": Param(None, type=["null", "string"], description="override the version id (default: from the run's date)"),
+        "version": Param(None, type=["null", "string"], description=f"override the version id (default: from the run's date): {VERSION_ID_RULE}"),
     }  # fmt: skip
 
 
@@ -133,7 +140,7 @@ def _check_schedule(config: DatasetConfig, dag: DAG) -> None:
 def build_dag(config: DatasetConfig, doc_md: str = "") -> DAG:
     """The DAG of one dataset; raise DatasetConfigError if Airflow refuses what the config asks for."""
     asset = dataset_asset(config)
-    spark, validation = config.spark, config.validation
+    spark, validation, timeouts, root = config.spark, config.validation, config.timeouts, config.root
     dag = DAG(
         dag_id=config.dag_id,
         description=f"{config.name}: Spark source -> WebDataset shards -> validate -> publish",
@@ -156,12 +163,13 @@ def build_dag(config: DatasetConfig, doc_md: str = "") -> DAG:
     _check_schedule(config, dag)
     with dag:
 
-        @task
+        @task(execution_timeout=timeouts["plan"])
         def plan(params=None, dag_run=None) -> dict:
             from spark_webdataset.pipeline import plan_run
 
+            conf = getattr(dag_run, "conf", None)  # as given: checked even where it does not override Params
             with fail_without_retry():
-                planned = plan_run(params, dag_run.logical_date, dag_run.run_after)
+                planned = plan_run(params, dag_run.logical_date, dag_run.run_after, root, conf)
             print(f"version {planned['version']} -> {planned['version_uri']} from {planned['source']}")
             return planned
 
@@ -175,31 +183,31 @@ def build_dag(config: DatasetConfig, doc_md: str = "") -> DAG:
             application_args="{{ ti.xcom_pull(task_ids='plan')['job_args'] }}",
             py_files=spark.py_files,
             name=config.dag_id,
-            execution_timeout=SPARK_JOB_TIMEOUT,
+            execution_timeout=timeouts["write_shards"],
         )
 
-        @task
+        @task(execution_timeout=timeouts["validate"])
         def validate(planned: dict) -> dict:
             from spark_webdataset.pipeline import validate_step
 
             with fail_without_retry():
                 return validate_step(
-                    planned["root"],
+                    root,  # the config's, whatever the XCom says
                     planned["version"],
                     planned["version_uri"],
                     validation.spark_master,
                     validation.required_fields,
                 )
 
-        @task(outlets=[asset])
+        @task(outlets=[asset], execution_timeout=timeouts["publish"])
         def publish(planned: dict, validated: dict, outlet_events=None) -> dict:
             from spark_webdataset.pipeline import publish_step
 
             with fail_without_retry():
-                result = publish_step(planned["root"], planned["version"], planned.get("logical_date"))
+                result = publish_step(root, planned["version"], planned.get("logical_date"))
             outlet_events[asset].extra = {
                 "version": result["version"],
-                "root": planned["root"],
+                "root": root,
                 "uri": result["uri"],
                 "index": result["index_uri"],
                 "samples": result["samples"],

@@ -27,7 +27,7 @@ from .errors import EXIT_BAD_INPUT, EXIT_FAILED, BadOption, InputError, WebDatas
 from .format.manifest import Manifest
 from .format.names import KEY_COLUMN
 from .format.sizes import format_size, parse_size
-from .layout import Dataset, check_version_id
+from .layout import Dataset, check_dataset_root, check_version_id
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -270,8 +270,9 @@ def _names_missing_input(error: BaseException) -> bool:
 
 def run_job(name: str, job, args: argparse.Namespace) -> tuple[int, dict | None]:
     """Run `job(spark, args)` in a SparkSession: 0, or 2 for bad input (named), 1 for anything else."""
-    try:
+    try:  # before a SparkSession starts: a bad id, or a root inside another dataset or a version
         check_version_id(args.version)
+        check_dataset_root(args.output)
     except InputError as error:
         print(f"{name}: error: {error}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT, None

@@ -45,9 +45,10 @@ from pydantic import (
 )
 
 from .build_job import ORDERS
-from .errors import InputError
+from .errors import InputError, NestedDatasetRoot
 from .format.names import field_error, field_name_error
 from .format.sizes import parse_size
+from .layout import check_dataset_root
 
 DAGS_FOLDER_ENV = "AIRFLOW__CORE__DAGS_FOLDER"
 DATASETS_ENV = "SPARK_WEBDATASET_DATASETS"
@@ -59,6 +60,15 @@ SOURCE_PLACEHOLDERS = ("ds", "ds_nodash", "version")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+# Each task of a dataset's DAG and how long it may run (Airflow's execution_timeout) unless the config says.
+TASK_TIMEOUTS = {
+    "plan": datetime.timedelta(minutes=10),
+    "write_shards": datetime.timedelta(hours=6),
+    "validate": datetime.timedelta(hours=3),
+    "publish": datetime.timedelta(minutes=30),
+}
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+DURATION_RULE = "a duration above zero: seconds as a number, or e.g. 90s, 10m, 2h, 1h30m, 1d"
 
 
 class DatasetConfigError(InputError):
@@ -145,6 +155,35 @@ OptionalText = Annotated[str | None, BeforeValidator(_empty_is_none)]
 """Optional text where a blank value (`source: ""`, `schedule:   `) means unset."""
 
 
+def parse_duration(value: Any) -> datetime.timedelta:
+    """`2h`, `1h30m`, `90s`, `1d`, or a number of seconds; ValueError naming the rule otherwise."""
+    if isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _DURATION.fullmatch(value.strip().lower())) and any(match.groups()):
+        days, hours, minutes, secs = (int(part or 0) for part in match.groups())
+        seconds = float(((days * 24 + hours) * 60 + minutes) * 60 + secs)
+    else:
+        raise ValueError(f"{value!r} is not {DURATION_RULE}")
+    if seconds <= 0:
+        raise ValueError(f"{value!r} is not {DURATION_RULE}")
+    return datetime.timedelta(seconds=seconds)
+
+
+Duration = Annotated[datetime.timedelta, BeforeValidator(parse_duration)]
+
+
+def _spelt(duration: datetime.timedelta) -> str:
+    """A duration as the config writes it: 6h, 30m, 1h30m, 45s."""
+    seconds, parts = int(duration.total_seconds()), []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts) or "0s"
+
+
 class SparkSettings(BaseModel):
     """How write_shards submits the job: Spark connection, conf, and the package for executors."""
 
@@ -209,6 +248,11 @@ class DatasetConfig(BaseModel):
     spark: SparkSettings = Field(default_factory=SparkSettings)
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
     retries: NonNegativeInt = 2
+    timeouts: dict[str, Duration] = Field(
+        default_factory=lambda: dict(TASK_TIMEOUTS),
+        description="task -> its execution_timeout (e.g. write_shards: 2h); unset tasks: "
+        + ", ".join(f"{task} {_spelt(limit)}" for task, limit in TASK_TIMEOUTS.items()),
+    )
     owner: str = Field("airflow", min_length=1)
     tags: list[str] = Field(default_factory=list)
 
@@ -269,6 +313,16 @@ class DatasetConfig(BaseModel):
         if value not in ORDERS:
             raise ValueError(f"{value!r} is not an order; use one of {', '.join(ORDERS)}")
         return value
+
+    @field_validator("timeouts")
+    @classmethod
+    def _timeouts_of_tasks(cls, value: dict[str, datetime.timedelta]) -> dict[str, datetime.timedelta]:
+        for task in value:
+            if task not in TASK_TIMEOUTS:
+                close = difflib.get_close_matches(task, list(TASK_TIMEOUTS), n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise ValueError(f"{task!r} is not a task of the DAG; {hint}the tasks are: {', '.join(TASK_TIMEOUTS)}")
+        return {**TASK_TIMEOUTS, **value}
 
     @field_validator("start_date", mode="before")
     @classmethod
@@ -419,8 +473,11 @@ def load_folder(folder: Path | str | None = None, environ: Mapping[str, str] = o
     """Load every config of the folder; a bad file becomes an error and the others still load.
 
     Two files may not share a name (it names the DAG and the Asset) nor a
-    root (two DAGs would publish into one dataset): the later file, in name
-    order, is the one refused.
+    root (two DAGs would publish into one dataset), and no file's root may
+    lie inside another's (in its versions/ or anywhere below it): one DAG
+    would write into the other's dataset. The later file, in name order, is
+    the one refused. Paths only: nothing is read from storage here (this
+    runs each time Airflow parses the DAGs).
     """
     folder = Path(folder) if folder is not None else datasets_folder(environ)
     if not folder.is_dir():
@@ -447,7 +504,19 @@ def load_folder(folder: Path | str | None = None, environ: Mapping[str, str] = o
             other = by_root[root].path
             rule = f"{config.root!r} is also the root of {other.name}; two DAGs cannot publish into one dataset"
             loaded.errors.append(DatasetConfigError(path, [("root", rule)]))
+        elif nested := _nested_root(config, loaded.configs):
+            loaded.errors.append(DatasetConfigError(path, [("root", nested)]))
         else:
             by_name[config.name] = by_root[root] = config
             loaded.configs.append(config)
     return loaded
+
+
+def _nested_root(config: DatasetConfig, accepted: list[DatasetConfig]) -> str | None:
+    """Why `config`'s root nests with the root of an accepted config (naming its file), or None."""
+    try:
+        check_dataset_root(config.root, [other.root for other in accepted], look=False)
+    except NestedDatasetRoot as error:
+        other = next(other for other in accepted if other.root == error.enclosing)
+        return f"{error} ({other.root!r} is the root of {other.path.name if other.path else other.name})"
+    return None

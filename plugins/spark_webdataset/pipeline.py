@@ -2,7 +2,9 @@
 
 The DAG factory (`airflow_dags`) only wires these functions to tasks. A
 run's Params start from its dataset's config (`dataset_config`) and may
-override any of it.
+override any of it but the root: the config folder alone says where a
+dataset lives, so whoever may trigger one dataset's DAG can change no
+other dataset and write nowhere else.
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ from __future__ import annotations
 import datetime
 from typing import Any, Mapping, Sequence
 
-from .errors import InputError, VersionError, WebDatasetError
+from .errors import InputError, NestedDatasetRoot, VersionError, WebDatasetError
 from .format.sizes import format_size
-from .layout import Dataset, check_version_id, iso_utc
+from .layout import Dataset, check_dataset_root, check_version_id, iso_utc
 from .publish import publish
 from .validate import validate_version
 
 VERSION_FORMAT = "%Y%m%dT%H%M%SZ"
+ROOT_PARAM = "output_root"  # no longer a Param; a run conf that still names it must name the config's root
 
 
 class PipelineError(WebDatasetError):
@@ -45,10 +48,39 @@ def render_source(source: str, moment: datetime.datetime | None, version: str) -
     return source.format(ds=day.strftime("%Y-%m-%d"), ds_nodash=day.strftime("%Y%m%d"), version=version)
 
 
-def plan_run(params: Mapping[str, Any], logical_date, run_after) -> dict:
-    """Version, URIs and spark-submit arguments of one run."""
+def confined_root(root: str, *given: Mapping[str, Any] | None) -> str:
+    """The dataset's root (its config's), checked; a run's Params or conf may not name another.
+
+    An `output_root` in the Params or conf must be the config's root (a trailing '/' or file://
+    aside); and the root may not lie inside another dataset or a version (`check_dataset_root`).
+    """
+    for values in given:
+        if values and values.get(ROOT_PARAM) is not None and not _same_place(values[ROOT_PARAM], root):
+            raise PipelineError(
+                f"param {ROOT_PARAM!r} is {values[ROOT_PARAM]!r}, but a run writes only into its dataset's "
+                f"root {root!r}: the dataset's config file alone says where it lives; leave {ROOT_PARAM!r} out"
+            )
+    try:
+        check_dataset_root(root)
+    except NestedDatasetRoot as error:
+        raise PipelineError(f"the config's root: {error}") from None
+    return root
+
+
+def _same_place(given: Any, root: str) -> bool:
+    return isinstance(given, str) and Dataset(given).root == Dataset(root).root
+
+
+def plan_run(
+    params: Mapping[str, Any], logical_date, run_after, root: str, conf: Mapping[str, Any] | None = None
+) -> dict:
+    """Version, URIs and spark-submit arguments of one run into `root`, its dataset config's root.
+
+    `conf` is the run's conf as given (Airflow merges it into the Params unless told not to):
+    neither may move the run to another root.
+    """
+    root = confined_root(root, params, conf)
     version = version_id(logical_date, run_after, params.get("version") or None)
-    root = params["output_root"]
     moment = logical_date or run_after
     table = params.get("source_table") or None
     if bool(params.get("source")) == bool(table):
@@ -89,6 +121,7 @@ def validate_step(
     A published version is immutable and was validated before it was
     published: a re-run reports that validation instead of rewriting it.
     """
+    confined_root(root)
     target = Dataset(root).version(version)
     version_uri = target.uri
     if target.is_published():
@@ -118,7 +151,7 @@ def publish_step(root: str, version: str, logical_date: str | None = None) -> di
     """Publish the validated version; a refusal is a PipelineError (no retry helps)."""
     try:
         result = publish(root, version, logical_date=logical_date)
-    except VersionError as error:
+    except (VersionError, InputError) as error:  # unfit version, a root inside another dataset or a version
         raise PipelineError(str(error)) from None
     state = "already published (no-op)" if result.already_published else "published"
     print(
