@@ -139,8 +139,7 @@ def _check_enclosing(uri: str, what: str, known: Iterable[str], look: bool, itse
         below = _below(here, there)
         if below is not None:
             if below[0] == VERSIONS_DIR and len(below) > 1:
-                version_dir = f"{there}/{VERSIONS_DIR}/{below[1]}"
-                how = f"lies inside version {below[1]!r} of dataset {other} ({version_dir})"
+                how = f"lies inside version {below[1]!r} of dataset {other}"
             else:
                 how = f"lies inside the root of dataset {other}"
             raise _refused(what, uri, other, how)
