@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Iterable
 
-from .commit_lock import CommitLock
+from .commit_lock import DEFAULT_LEASE_SECONDS, CommitLock
 from .testing import faults
 from .errors import NotCommitted, PreconditionFailed, PublishRefused
 from .format.manifest import Manifest, ShardEntry
@@ -103,7 +103,11 @@ def shard_index(manifest: Manifest, source: str, validated: Iterable[dict] = ())
 
 
 def publish(
-    root: str, version: str, logical_date: str | datetime.datetime | None = None, allow_empty: bool = False
+    root: str,
+    version: str,
+    logical_date: str | datetime.datetime | None = None,
+    allow_empty: bool = False,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
 ) -> PublishResult:
     """Seal, index and publish `ROOT/versions/VERSION`; a no-op if published with this manifest."""
     check_dataset_root(root)  # never a root inside another dataset or a version: NestedDatasetRoot
@@ -113,7 +117,7 @@ def publish(
     existing = dataset.read_record(version)
     if existing is not None:
         return _republish(dataset, target, existing, target.manifest_digest())
-    with CommitLock(target, f"publish-{uuid.uuid4().hex}") as lock:
+    with CommitLock(target, f"publish-{uuid.uuid4().hex}", lease_seconds=lease_seconds) as lock:
         manifest_bytes, token = target.read_manifest_bytes()
         if manifest_bytes is None:
             raise PublishRefused(f"{target.uri}: no {MANIFEST_NAME}; write the version first")

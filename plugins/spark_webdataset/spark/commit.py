@@ -410,7 +410,10 @@ def commit_job(
                 lock.check()
                 version.check_writable()  # a publisher may have sealed it since (its seal, then our journal)
             except BaseException:
-                storage.delete_if(version.journal_uri, token)
+                # Decided: the next holder of the lock finishes it, unless the version was sealed
+                # meanwhile, where it is a stray that must not stay in a published directory.
+                if version.is_sealed():
+                    storage.delete_if(version.journal_uri, token)
                 raise
             _apply(version, journal, token, lock, between=_test_fault(writer))
     except BaseException as error:

@@ -4,7 +4,9 @@ The product calls `point("commit:journal-written")` at each step; it does
 nothing unless a test installed an action for that name, in this process
 (`install`) or in a process it starts (the environment variable
 `SPARK_WEBDATASET_FAULTS="commit:renamed-one=stop,publish:sealed=exit"`).
-Actions: `stop` freezes the whole process with SIGSTOP at that point (a GC
+Each action runs the first time its point is reached, once per process
+(a point inside parallel renames is reached by several threads). Actions:
+`stop` freezes the whole process with SIGSTOP at that point (a GC
 pause or a stopped VM, resumed by the test's SIGCONT), `exit` kills it
 (`os._exit(17)`), `raise` raises `InjectedFault`, `sleep:S` waits S seconds.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from typing import Callable
 
@@ -52,12 +55,17 @@ def _environment() -> dict[str, str]:
     return _from_env
 
 
+_lock = threading.Lock()
+
+
 def point(name: str) -> None:
-    """A step of the protocol was reached: run the action installed for it, if any."""
-    action = _installed.get(name)
-    if action is None and _environment():
-        spec = _environment().get(name)
-        action = _action(spec) if spec else None
+    """A step of the protocol was reached: run the action installed for it, if any (once)."""
+    if not _installed and not _environment():
+        return  # the product's path: a dict lookup, no lock
+    with _lock:
+        action = _installed.pop(name, None)
+        if action is None and name in _environment():
+            action = _action(_environment().pop(name))
     if action is not None:
         action()
 
