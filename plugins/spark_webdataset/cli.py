@@ -37,12 +37,24 @@ def _validate(args: argparse.Namespace) -> int:
 def _publish(args: argparse.Namespace) -> int:
     from .publish import publish
 
-    result = publish(args.root, args.version, logical_date=args.logical_date)
+    result = publish(args.root, args.version, logical_date=args.logical_date, allow_empty=args.allow_empty)
     state = "already published (no-op)" if result.already_published else "published"
     print(
         f"{state}: {result.version} ({result.shards} shards, {result.samples} samples, {result.bytes} bytes); "
         f"logical date {result.logical_date}; LATEST={result.latest}; index {result.index_uri}"
     )
+    return 0
+
+
+def _latest(args: argparse.Namespace) -> int:
+    from .layout import Dataset
+    from .publish import set_latest
+
+    if args.set is None:
+        print(Dataset(args.root).read_latest() or "(no LATEST)")
+        return 0
+    previous = set_latest(args.root, args.set, by=args.by)
+    print(f"LATEST={args.set} (was {previous}); recorded by {args.by}")
     return 0
 
 
@@ -128,7 +140,14 @@ def parser() -> argparse.ArgumentParser:
         "--logical-date",
         help="ISO-8601 date the version is of (orders LATEST); default: a timestamp in the id, else now",
     )
+    publish.add_argument("--allow-empty", action="store_true", help="publish a version that holds no samples")
     publish.set_defaults(run=_publish)
+
+    latest = commands.add_parser("latest", help="show LATEST, or set it by hand to a published version (undo)")
+    latest.add_argument("root")
+    latest.add_argument("--set", metavar="VERSION", help="point LATEST at this published version, backwards too")
+    latest.add_argument("--by", default=_user(), help="who sets it (recorded in the root; default: $USER@host)")
+    latest.set_defaults(run=_latest)
 
     inspect = commands.add_parser("inspect", help="versions of a dataset root, published or not, and LATEST")
     inspect.add_argument("root")
@@ -164,6 +183,17 @@ def _positive_int(text: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"{text} must be at least 1")
     return number
+
+
+def _user() -> str:
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

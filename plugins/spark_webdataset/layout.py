@@ -10,6 +10,7 @@
     <root>/versions/<version>/_keys/               one sorted key run per commit
     <root>/_published/<version>.json               the commit point: visible iff it exists
     <root>/LATEST                                  newest published version
+    <root>/_latest_changes.json                    LATEST set by hand: by whom, when, from what
 
 Everything else (writer, reader, validate, publish, catalog, jobs, CLI,
 DAGs) asks a `Dataset` or a `Version` for these paths.
@@ -33,6 +34,7 @@ from .storage import Storage, storage_for
 VERSIONS_DIR = "versions"
 PUBLISHED_DIR = "_published"
 LATEST_NAME = "LATEST"
+LATEST_CHANGES_NAME = "_latest_changes.json"  # who set LATEST by hand, and when
 MANIFEST_NAME = "_manifest.json"
 VALIDATION_NAME = "_validation.json"
 SHARD_INDEX_NAME = "shardindex.json"
@@ -233,6 +235,10 @@ class Dataset:
     @property
     def latest_uri(self) -> str:
         return self.storage.join(self.root, LATEST_NAME)
+
+    @property
+    def latest_changes_uri(self) -> str:
+        return self.storage.join(self.root, LATEST_CHANGES_NAME)
 
     def record_uri(self, version: str) -> str:
         return self.storage.join(self.root, PUBLISHED_DIR, f"{check_version_id(version)}.json")
