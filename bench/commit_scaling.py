@@ -130,7 +130,7 @@ def run_commit(
         with PhaseTimer() as phases:
             cpu_before = cpu_seconds(me), cpu_seconds(server) if server else 0.0
             started = time.perf_counter()
-            manifest = commit_module.commit_job(writer, messages)
+            manifest = commit_module.commit_job(writer.commit_request(messages))
             seconds = time.perf_counter() - started
             client_cpu = cpu_seconds(me) - cpu_before[0]
             server_cpu = cpu_seconds(server) - cpu_before[1] if server else None

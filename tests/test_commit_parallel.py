@@ -54,7 +54,7 @@ def shards_on_disk(directory: Path) -> dict[str, bytes]:
 def test_parallel_renames_commit_what_one_by_one_does(tmp_path, monkeypatch, threads) -> None:
     monkeypatch.setattr(LocalStorage, "rename_threads", threads)
     writer, messages = staged_write(tmp_path)
-    manifest = commit_job(writer, messages)
+    manifest = commit_job(writer.commit_request(messages))
     on_disk = shards_on_disk(tmp_path)
     assert [s.name for s in manifest.shards] == [f"shard-{i:06d}.tar" for i in range(SHARDS)]
     assert on_disk == {f"shard-{i:06d}.tar": f"shard of partition {i}".encode() for i in range(SHARDS)}
@@ -86,7 +86,7 @@ def test_a_rename_failing_half_way_stops_the_commit_and_the_journal_finishes_it(
     faulty.rename_threads = 8
     monkeypatch.setattr("spark_webdataset.layout.storage_for", lambda uri: faulty)
     with pytest.raises(OSError, match="injected"):
-        commit_job(writer, messages)
+        commit_job(writer.commit_request(messages))
     done = len(shards_on_disk(tmp_path))
     assert SHARDS // 2 - 1 <= done < SHARDS  # it stopped submitting (those in flight finished)
     assert not (tmp_path / "_manifest.json").exists()  # the manifest comes only after every rename

@@ -36,12 +36,11 @@ import hashlib
 import itertools
 import json
 import logging
-import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
 
-from ..commit_lock import CommitLock
+from ..commit_lock import DEFAULT_LEASE_SECONDS, CommitLock
 from ..errors import (
     ChecksumMismatch,
     ConcurrentCommit,
@@ -55,12 +54,12 @@ from ..errors import (
 from ..format.keys import first_duplicate_in_blocks, merge_blocks
 from ..format.manifest import Manifest, ShardEntry, shard_name
 from ..layout import KEYS_DIR, Version, _normalized
+from ..format.shard_writer import ShardInfo
 from ..testing import faults
+from .staging import remove_staging
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from .writer import WebDatasetCommitMessage, WebDatasetWriter
 
 log = logging.getLogger(__name__)
 JOURNAL_KIND = "spark-webdataset-commit-journal-v2"
@@ -168,7 +167,7 @@ def roll_forward(version: Version, lock: CommitLock) -> bool:
         storage.delete_if(version.journal_uri, token)
         return False
     log.warning("webdataset: finishing the interrupted commit of job %s in %s", journal.job_id, version.uri)
-    _apply(version, journal, token, lock, between=lambda: None)
+    _apply(version, journal, token, lock)
     # Its job lost the lock we hold: what its staging still holds goes too.
     storage.delete_tree(storage.join(version.staging_uri, journal.job_id))
     storage.remove_empty_dir(version.staging_uri)
@@ -181,7 +180,7 @@ def journal_job(version: Version) -> str | None:
     return None if data is None else Journal.from_json(data).job_id
 
 
-def _apply(version: Version, journal: Journal, token: object, lock: CommitLock, between: Callable[[], None]) -> None:
+def _apply(version: Version, journal: Journal, token: object, lock: CommitLock) -> None:
     """Apply a claimed journal (`token`: the journal object's); ConcurrentCommit if it is stale."""
     storage = version.storage
     current, manifest_token = version.read_manifest_bytes()
@@ -199,7 +198,6 @@ def _apply(version: Version, journal: Journal, token: object, lock: CommitLock, 
                 raise ConcurrentCommit(f"{version.uri}: the manifest changed during the commit")
         _sweep(version, journal, lock)
         _rename_all(version, journal, lock)
-        between()  # test-only faults land here: after the renames, before the manifest
         faults.point("commit:renamed")
         lock.check()
         _swap_manifest(version, journal)
@@ -321,19 +319,6 @@ def _settle(pending: set["Future[None]"], lock: CommitLock) -> set["Future[None]
     return rest
 
 
-def _test_fault(writer: "WebDatasetWriter") -> Callable[[], None]:
-    """Test-only (options _testFault=exit:commit, _testCommitPause=S): act between the renames and the manifest."""
-    import os
-
-    def fault() -> None:
-        if writer.options.test_commit_pause:
-            time.sleep(writer.options.test_commit_pause)
-        if writer.options.test_fault == "exit:commit":
-            os._exit(17)  # the driver's commit process dies inside the commit
-
-    return fault
-
-
 @dataclass(frozen=True)
 class StreamBatch:
     """One micro-batch of a streaming query: the manifest records, per checkpoint, the last
@@ -358,42 +343,75 @@ class StreamBatch:
 STREAMS_KEY = "streams"  # manifest run section: {checkpoint location: last committed batch id}
 
 
-def commit_job(
-    writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessage"], stream: StreamBatch | None = None
-) -> Manifest | None:
+class StagedAttempt(Protocol):
+    """What one successful task attempt staged (the Spark writer's commit message is one)."""
+
+    partition: int
+    staging: str  # its directory; shard n is `{n:06d}.tar` in it
+    shards: list[ShardInfo]
+    keys_path: str | None  # its sorted key run
+    keys_ascending: bool
+
+
+@dataclass(frozen=True)
+class CommitRequest:
+    """What a job asks the commit to make final: a plain value, built by the batch and stream writers."""
+
+    version_uri: str
+    job_id: str
+    overwrite: bool
+    fields: list[dict[str, Any]]  # name and Spark type, column order
+    options: dict[str, Any]  # what shaped the bytes: recorded in the manifest
+    attempts: Sequence[StagedAttempt]
+    application_id: str | None = None
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    stream: StreamBatch | None = None
+
+    @property
+    def version(self) -> Version:
+        return Version.at(self.version_uri)
+
+    @property
+    def staging_root(self) -> str:
+        """Every attempt of this job stages below here."""
+        version = self.version
+        return version.storage.join(version.staging_uri, self.job_id)
+
+
+def commit_job(request: CommitRequest) -> Manifest | None:
     """Make the tasks' staged shards final, or raise with nothing of them visible; the version's
     manifest after the commit (None: a stream's empty first batch left no manifest)."""
-    version = Version.at(writer.options.path)
+    version = request.version
     storage = version.storage
-    messages = sorted(messages, key=lambda m: m.partition)
+    messages = sorted(request.attempts, key=lambda m: m.partition)
+    stream = request.stream
     journal: Journal | None = None
     try:
-        with CommitLock(version, writer.job_id, lease_seconds=writer.options.commit_lease_seconds) as lock:
+        with CommitLock(version, request.job_id, lease_seconds=request.lease_seconds) as lock:
             roll_forward(version, lock)
             version.check_writable()
             manifest_bytes, _ = version.read_manifest_bytes()
-            if writer.options.test_commit_delay:
-                time.sleep(writer.options.test_commit_delay)  # test-only: make two commits overlap
-            existing = None if writer.overwrite or manifest_bytes is None else Manifest.from_json(manifest_bytes)
+            faults.point("commit:manifest-read")
+            existing = None if request.overwrite or manifest_bytes is None else Manifest.from_json(manifest_bytes)
             if stream is not None and existing is not None and stream.committed_in(existing):
                 log.warning(
                     "webdataset: batch %d of the stream checkpointed at %s is in %s already "
                     "(replayed after a restart): its output is dropped",
                     stream.batch_id, stream.checkpoint, version.uri,
                 )
-                _remove_staging(writer, messages)
+                _remove_staging(request)
                 return existing
             if stream is not None and not any(message.shards for message in messages):
-                _remove_staging(writer, messages)
+                _remove_staging(request)
                 return existing  # an empty micro-batch: nothing to name, nothing to record
-            if existing is not None and [f["name"] for f in existing.fields] != [f["name"] for f in writer.fields]:
+            if existing is not None and [f["name"] for f in existing.fields] != [f["name"] for f in request.fields]:
                 raise FieldMismatch(
-                    f"append to {version.uri}: the DataFrame's fields {[f['name'] for f in writer.fields]} differ "
+                    f"append to {version.uri}: the DataFrame's fields {[f['name'] for f in request.fields]} differ "
                     f"from the version's {[f['name'] for f in existing.fields]}"
                 )
-            key_run = _merge_keys(version, writer, messages, existing)
+            key_run = _merge_keys(version, request, messages, existing)
             lock.renew()
-            planned = _plan(version, writer, messages, existing, key_run, stream, base=_digest(manifest_bytes))
+            planned = _plan(version, request, messages, existing, key_run, base=_digest(manifest_bytes))
             _check_uploads(version, messages, planned)
             lock.check()
             faults.point("commit:planned")
@@ -415,16 +433,16 @@ def commit_job(
                 if version.is_sealed():
                     storage.delete_if(version.journal_uri, token)
                 raise
-            _apply(version, journal, token, lock, between=_test_fault(writer))
+            _apply(version, journal, token, lock)
     except BaseException as error:
         landed = journal is not None and isinstance(error, LostCommitLock) and _landed(version, journal)
         # A decided commit that failed half-way keeps its staged files: the next committer finishes it.
-        if not landed and (journal is None or journal_job(version) != writer.job_id):
-            _remove_staging(writer, messages)
+        if not landed and (journal is None or journal_job(version) != request.job_id):
+            _remove_staging(request)
         if not landed:
             raise
-        log.warning("webdataset: lost the commit lock of %s, but another committer finished job %s", version.uri, writer.job_id)
-    _remove_staging(writer, messages)
+        log.warning("webdataset: lost the commit lock of %s, but another committer finished job %s", version.uri, request.job_id)
+    _remove_staging(request)
     assert journal is not None
     manifest = Manifest.from_json(journal.manifest)
     log.info(
@@ -443,23 +461,20 @@ def _landed(version: Version, journal: Journal) -> bool:
     return journal_state(journal, current) is JournalState.LANDED
 
 
-def _remove_staging(writer: "WebDatasetWriter", messages: list["WebDatasetCommitMessage"]) -> None:
+def _remove_staging(request: CommitRequest) -> None:
     """The job's staging, and each message's directory by name: a stream's tasks stage under the
     job of the writer Spark pickled for them, not under the committing writer's (what is left
     after the renames, or all of a batch that was dropped or refused)."""
-    storage = Version.at(writer.options.path).storage
-    own = writer.staging_root.rstrip("/") + "/"
-    for message in messages:
-        if not message.staging.startswith(own):
-            storage.delete_tree(message.staging)
-    writer.remove_own_staging()
+    version = request.version
+    own = request.staging_root.rstrip("/") + "/"
+    for attempt in request.attempts:
+        if not attempt.staging.startswith(own):
+            version.storage.delete_tree(attempt.staging)
+    remove_staging(version, request.job_id)
 
 
 def _merge_keys(
-    version: Version,
-    writer: "WebDatasetWriter",
-    messages: list["WebDatasetCommitMessage"],
-    existing: Manifest | None,
+    version: Version, request: CommitRequest, messages: list[StagedAttempt], existing: Manifest | None
 ) -> str:
     """Merge the tasks' sorted key runs (and the version's, on append) into one run; raise on a duplicate."""
     import pyarrow as pa
@@ -474,7 +489,7 @@ def _merge_keys(
             sources.append(message.keys_path)
             owners.append(f"partition {message.partition}")
     serial = int(existing.key_run.rsplit("/", 1)[-1].split(".")[0]) + 1 if existing and existing.key_run else 0
-    staged = version.storage.join(writer.staging_root, f"keys-{serial:06d}.arrow")
+    staged = version.storage.join(request.staging_root, f"keys-{serial:06d}.arrow")
     schema = pa.schema([("key", pa.large_string())])
     pending: list[pa.Array] = []
     buffered = 0
@@ -521,13 +536,13 @@ def _started_together(runs: list[Iterator["pa.Array"]], threads: int) -> list[It
 
 def _plan(
     version: Version,
-    writer: "WebDatasetWriter",
-    messages: list["WebDatasetCommitMessage"],
+    request: CommitRequest,
+    messages: list[StagedAttempt],
     existing: Manifest | None,
     staged_keys: str,
-    stream: StreamBatch | None = None,
-    base: str | None = None,
+    base: str | None,
 ) -> Journal:
+    stream = request.stream
     kept = list(existing.shards) if existing else []
     renames: list[tuple[str, str]] = []
     entries: list[ShardEntry] = []
@@ -555,13 +570,13 @@ def _plan(
         streams[stream.checkpoint] = stream.batch_id
     manifest = Manifest(
         shards=kept + entries,
-        fields=writer.fields,
-        options=writer.options.manifest_options(),
+        fields=request.fields,
+        options=request.options,
         key_run=key_run,
         run={
-            "spark_application_id": writer.application_id,
-            "job_id": writer.job_id,
-            "mode": "overwrite" if writer.overwrite else "append",
+            "spark_application_id": request.application_id,
+            "job_id": request.job_id,
+            "mode": "overwrite" if request.overwrite else "append",
             "commits": int(previous_run.get("commits", 0)) + 1,
             "committed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "oversize_samples": list(previous_run.get("oversize_samples", []))
@@ -569,10 +584,10 @@ def _plan(
             **({STREAMS_KEY: streams} if streams else {}),
         },
     )
-    return Journal(writer.job_id, writer.overwrite, renames, manifest.to_json(), base)
+    return Journal(request.job_id, request.overwrite, renames, manifest.to_json(), base)
 
 
-def _check_uploads(version: Version, messages: list["WebDatasetCommitMessage"], journal: Journal) -> None:
+def _check_uploads(version: Version, messages: list[StagedAttempt], journal: Journal) -> None:
     """End-to-end integrity at the cost of one listing per job directory the tasks staged in: every
     staged shard's server-side crc32c (gs://) must be the crc32c its task computed over the bytes it
     wrote. A mismatch fails the commit before anything is decided; the staged files go with the job."""

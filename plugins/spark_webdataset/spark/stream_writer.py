@@ -46,7 +46,7 @@ class WebDatasetStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: List[Optional[WebDatasetCommitMessage]], batchId: int) -> None:
         stream = StreamBatch(self.options.checkpoint, batchId)
-        manifest = commit_job(self.batch, [m for m in messages if m is not None], stream)
+        manifest = commit_job(self.batch.commit_request(messages, stream))
         if manifest is not None:
             log.info(
                 "webdataset: stream batch %d committed; %s holds %d shards, %d samples",

@@ -13,7 +13,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional
+from typing import TYPE_CHECKING, Iterator, List, Optional
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
@@ -37,6 +37,9 @@ from ..format.shard_writer import ShardInfo
 from ..layout import WRITER_MARK, Version
 from .options import WriteOptions
 from .staging import clean_dead_staging, remove_staging, write_lease
+
+if TYPE_CHECKING:
+    from .commit import CommitRequest
 
 log = logging.getLogger(__name__)
 
@@ -207,10 +210,45 @@ class WebDatasetWriter(DataSourceArrowWriter):
 
     # -- driver -----------------------------------------------------------
 
+    def commit_request(self, messages: List[Optional[WebDatasetCommitMessage]], stream=None) -> "CommitRequest":
+        """The plain value the commit protocol takes (it knows nothing of Spark)."""
+        from .commit import CommitRequest
+
+        self._install_commit_faults()
+        return CommitRequest(
+            version_uri=self.options.path,
+            job_id=self.job_id,
+            overwrite=self.overwrite,
+            fields=self.fields,
+            options=self.options.manifest_options(),
+            attempts=[m for m in messages if m is not None],
+            application_id=self.application_id,
+            lease_seconds=self.options.commit_lease_seconds,
+            stream=stream,
+        )
+
+    def _install_commit_faults(self) -> None:
+        """Test-only options (_testFault=exit:commit, _testCommitPause=S, _testCommitDelay=S) act
+        at the commit's fault points, in the driver's process that runs the commit."""
+        from ..testing import faults
+
+        faults.clear()  # a reused worker: nothing left from an earlier job
+        if self.options.test_commit_delay:
+            faults.install("commit:manifest-read", f"sleep:{self.options.test_commit_delay}")
+        if self.options.test_commit_pause or self.options.test_fault == "exit:commit":
+            pause, exits = self.options.test_commit_pause, self.options.test_fault == "exit:commit"
+
+            def fault() -> None:
+                time.sleep(pause)
+                if exits:
+                    os._exit(17)  # the driver's commit process dies inside the commit
+
+            faults.install("commit:renamed", fault)
+
     def commit(self, messages: List[Optional[WebDatasetCommitMessage]]) -> None:
         from .commit import commit_job
 
-        commit_job(self, [m for m in messages if m is not None])
+        commit_job(self.commit_request(messages))
 
     def abort(self, messages: List[Optional[WebDatasetCommitMessage]]) -> None:
         # Sibling tasks may still be writing: sweep a few times; the next job
