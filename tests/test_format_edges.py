@@ -1,7 +1,7 @@
 """The format core's rules at their edges: names, key runs, encode/decode, sizes, headers, errors.
 
-Pure Python and Arrow, no Spark: each test checks one rule DESIGN.md
-fixes (an error that names the key, column, option or sample; a value
+Pure Python and Arrow, no Spark: each test checks one rule docs/design.md
+("WebDataset rules we write by") fixes (an error that names the key, column, option or sample; a value
 that survives a round trip) on real Arrow arrays and real tar bytes.
 """
 

@@ -1,4 +1,4 @@
-"""The versioning promise on every public path (DESIGN.md "The versioning promise").
+"""The versioning promise on every public path (docs/design.md "The versioning promise").
 
 Real Spark writes, real publish/validate, local disk and the GCS emulator.
 Faults are injected only where the real part cannot fail on demand: the

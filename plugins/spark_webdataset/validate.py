@@ -1,6 +1,6 @@
 """Validate a written version: every shard opened and streamed once, in parallel.
 
-Checks everything DESIGN.md lists (tar damage, unsafe or misshapen
+Checks everything docs/versions.md "Validate" lists (tar damage, unsafe or misshapen
 names, grouping, repeated fields, required fields, keys across shards,
 counts/bytes/crc32c against the manifest (and sha256 where an older or
 checksum=sha256 manifest has it), missing and unlisted shards) and writes

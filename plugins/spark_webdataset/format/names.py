@@ -1,4 +1,4 @@
-"""Keys, field names and member names by the WebDataset rules of DESIGN.md.
+"""Keys, field names and member names by docs/design.md, "WebDataset rules we write by".
 
 A reader splits a member name at the first dot of its last path part, so
 what we accept here is exactly what every reader groups back the same way.

@@ -12,7 +12,7 @@ class WebDatasetDataSource(DataSource):
     """`df.write.format("webdataset").save(uri)`, `spark.read.format("webdataset").load(uri)` and
     `df.writeStream.format("webdataset").option("checkpointLocation", c).start(uri)`.
 
-    See DESIGN.md, "The writer" and "The reader".
+    See docs/writing-and-reading.md, "Writing" and "Reading"; docs/design.md, "The commit protocol".
     """
 
     application_id: str | None = None
