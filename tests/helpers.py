@@ -13,6 +13,7 @@ import subprocess
 import tarfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import google_crc32c
 
@@ -92,3 +93,36 @@ def stop_groups(processes: list[subprocess.Popen], seconds: float = 5) -> None:
     signal_all(signal.SIGKILL)
     for process in processes:
         process.wait(timeout=30)
+
+
+def failed_task_attempts(spark, action: Callable[[], object], timeout: float = 60) -> int:
+    """Run `action` (a Spark action) in a job group of its own and return how many task attempts
+    of its jobs failed, as Spark's status store counts them (it runs with spark.ui.enabled=false).
+
+    The count comes from the scheduler, not from the code under test: a test of a retried task
+    asserts it, so the test fails if no first attempt failed. The status listener runs after the
+    action returns: wait until it has seen every job of the group end.
+    """
+    import uuid
+
+    context = spark.sparkContext
+    group = f"failed-task-attempts-{uuid.uuid4().hex}"
+    properties = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+    previous = {name: context.getLocalProperty(name) for name in properties}
+    context.setJobGroup(group, "test: count failed task attempts")
+    try:
+        action()
+    finally:
+        for name, value in previous.items():
+            context.setLocalProperty(name, value)  # None removes it
+    tracker = context.statusTracker()
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup(group)]
+        if jobs and all(job is not None and job.status in ("SUCCEEDED", "FAILED") for job in jobs):
+            break
+        assert time.monotonic() < deadline, f"the jobs of {group} did not end in Spark's status store: {jobs}"
+        time.sleep(0.05)
+    stages = [tracker.getStageInfo(stage) for job in jobs for stage in job.stageIds]
+    assert all(stage is not None for stage in stages), stages
+    return sum(stage.numFailedTasks for stage in stages)

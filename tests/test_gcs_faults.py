@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fault_proxy import FaultPlan, FaultProxy, FaultRule, gcs_through, use_gcs_endpoint
+from helpers import failed_task_attempts
 from spark_webdataset.pipeline import publish_step, validate_step
 from spark_webdataset.storage import storage_for
 
@@ -117,9 +118,9 @@ def storage_client_blobs(root: str):
 def test_retried_task_on_gcs_keeps_exactly_the_samples(spark, bucket) -> None:
     target = f"{bucket}/retry/versions/v"
     frame = spark.range(0, 300, numPartitions=3).selectExpr("format_string('k%04d', id) AS __key__", "id AS cls")
-    frame.write.format("webdataset").option("maxSamplesPerShard", 50).option("_testFault", "exit:1").mode(
-        "overwrite"
-    ).save(target)
+    writer = frame.write.format("webdataset").option("maxSamplesPerShard", 50).option("_testFault", "exit:1")
+    # Spark's own count: partition 1's first attempt died with its worker, and was retried
+    assert failed_task_attempts(spark, lambda: writer.mode("overwrite").save(target)) == 1
     storage = storage_for(target)
     names = sorted(storage.list_sizes(target))
     assert names == ["_WEBDATASET", "_manifest.json"] + [f"shard-{i:06d}.tar" for i in range(6)]

@@ -92,3 +92,32 @@ def test_stopped_proxy_lets_nothing_through_a_kept_alive_connection(gcs_emulator
     finally:
         connection.close()
         proxy.stop()
+
+
+def test_failed_task_attempts_counts_what_spark_counts(spark) -> None:
+    """The count comes from Spark's scheduler (no code under test): a UDF fails the first attempt
+    of partition 1, the retry succeeds; a clean job counts 0; the caller's job group is kept."""
+    from pyspark import TaskContext
+    from pyspark.sql.functions import udf
+
+    from helpers import failed_task_attempts
+
+    @udf("long")
+    def first_attempt_of_partition_1_fails(value):  # no type hints: pyspark would warn
+        context = TaskContext.get()
+        if context.partitionId() == 1 and context.attemptNumber() == 0:
+            raise RuntimeError("first attempt fails")
+        return value
+
+    frame = spark.range(0, 40, numPartitions=3)
+    context = spark.sparkContext
+    context.setJobGroup("callers-group", "the caller's")
+    try:
+        failing = frame.select(first_attempt_of_partition_1_fails("id"))
+        assert failed_task_attempts(spark, failing.collect) == 1
+        assert failed_task_attempts(spark, frame.collect) == 0
+        assert context.getLocalProperty("spark.jobGroup.id") == "callers-group"
+    finally:
+        for name in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
+            context.setLocalProperty(name, None)
+    assert context.getLocalProperty("spark.jobGroup.id") is None
