@@ -107,7 +107,7 @@ def build_zip(workdir: str) -> str:
 
 
 def cluster_env(args: argparse.Namespace, state: str) -> dict[str, str]:
-    from gcs_emulator import free_port
+    from spark_webdataset.testing.gcs_emulator import free_port
 
     return {
         **os.environ,

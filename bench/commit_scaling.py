@@ -5,7 +5,7 @@ without Spark): a version directory is laid out as N task attempts leave it (one
 shard and one sorted key run each, staged the way spark/writer.py's write() names them, and a
 commit message each), then commit_job is timed: lock, key merge, journal, renames (in parallel,
 `storage.rename_threads` at a time), manifest, cleanup. Locally and on fake-gcs-server
-(tests/gcs_emulator.py, 127.0.0.1). The second shard count is also run with other local thread
+(spark_webdataset.testing.gcs_emulator, 127.0.0.1). The second shard count is also run with other local thread
 counts, to pick LocalStorage.rename_threads.
 
 Part 2 times the key merge alone (format/keys.py merge_blocks + first_duplicate_in_blocks, as
@@ -259,7 +259,7 @@ def run_gcs(args: argparse.Namespace) -> list[dict[str, Any]]:
     import os
 
     import psutil
-    from gcs_emulator import Emulator
+    from spark_webdataset.testing.gcs_emulator import Emulator
 
     emulator = Emulator()
     server = psutil.Process(emulator.process.pid)

@@ -2,7 +2,7 @@
 writer, output.
 
 Import it first (`from common import ...` works because Python puts bench/ on sys.path when a
-benchmark runs as a script): it puts plugins/ and tests/ on sys.path and sets the environment
+benchmark runs as a script): it puts plugins/ on sys.path and sets the environment
 Spark's Python workers need.
 """
 
@@ -23,9 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 PLUGINS = str(REPO / "plugins")
 RESULTS = REPO / "bench" / "results"
 
-for _path in (str(REPO / "tests"), PLUGINS):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+if PLUGINS not in sys.path:
+    sys.path.insert(0, PLUGINS)
 # Spark's Python workers (started by the JVM we start) import this module by name (random_rows,
 # the no-op writer); the package itself they find installed (or as --py-files on a cluster).
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "bench"), os.environ.get("PYTHONPATH", "")) if p)
@@ -429,7 +428,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 def start_emulator(bucket: str, memory_limit: str | None = None) -> Any:
     """fake-gcs-server on a free port with `bucket`; every client (and, started before any
     SparkSession, the JVM's Python workers) pointed at it. `memory_limit` becomes its GOMEMLIMIT."""
-    from gcs_emulator import Emulator  # tests/ (put on sys.path above)
+    from spark_webdataset.testing.gcs_emulator import Emulator
 
     previous = os.environ.pop("GOMEMLIMIT", None)
     if memory_limit:

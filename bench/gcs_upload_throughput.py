@@ -3,7 +3,7 @@
     .venv/bin/python bench/gcs_upload_throughput.py            # full size (~25 minutes: the emulator is slow)
     .venv/bin/python bench/gcs_upload_throughput.py --quick    # smoke run
 
-Starts fake-gcs-server (tests/gcs_emulator.py, filesystem backend, 127.0.0.1) and points every
+Starts fake-gcs-server (spark_webdataset.testing.gcs_emulator, filesystem backend, 127.0.0.1) and points every
 client at it through STORAGE_EMULATOR_HOST, set before any SparkSession exists (Spark's Python
 workers inherit their environment from the JVM).
 
@@ -69,7 +69,7 @@ import psutil  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
-from spark_webdataset.layout import Version  # noqa: E402
+from spark_webdataset.dataset.layout import Version  # noqa: E402
 from spark_webdataset.spark.datasource import WebDatasetDataSource  # noqa: E402
 from spark_webdataset.spark.writer import WebDatasetWriter  # noqa: E402
 

@@ -35,7 +35,7 @@ seconds of this process and its children (JVM, Python workers): on a busy machin
 (payload MB per CPU second, from the run that used the least CPU) compares variants more
 fairly than wall time, and the ratios are given both ways.
 
-Part gcs (`--parts ...,gcs`): fake-gcs-server (tests/gcs_emulator.py, as
+Part gcs (`--parts ...,gcs`): fake-gcs-server (spark_webdataset.testing.gcs_emulator, as
 bench/gcs_upload_throughput.py starts it, STORAGE_EMULATOR_HOST set before any JVM starts) gets a
 copy of each case's version directory (upload_from_filename); then, interleaved as above:
 

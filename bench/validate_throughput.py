@@ -13,7 +13,7 @@ Per case the script builds one version directory once with the project's own wri
 `_manifest.json` built from the ShardInfo the way `spark.commit` does), then times, side
 by side, interleaved, `--repeats` times each:
 
-  validate w=N   spark_webdataset.validate.validate_version(uri, workers=N, write_report=False)
+  validate w=N   spark_webdataset.dataset.validate.validate_version(uri, workers=N, write_report=False)
   limit    p=N   open each shard, read it in 1 MiB reads, hashlib.sha256 over the bytes;
                  N=1 in this process, N=2 in a fresh ProcessPoolExecutor (fork) per run,
                  one task per shard, as validate_version does
@@ -67,10 +67,10 @@ import pyarrow as pa  # noqa: E402
 
 from spark_webdataset.format.encode import encode_column  # noqa: E402
 from spark_webdataset.format.manifest import Manifest, ShardEntry, shard_name  # noqa: E402
-from spark_webdataset.layout import MANIFEST_NAME  # noqa: E402
+from spark_webdataset.dataset.layout import MANIFEST_NAME  # noqa: E402
 from spark_webdataset.format.shard_writer import ShardWriter  # noqa: E402
 from spark_webdataset.format.verify import verify_shard  # noqa: E402
-from spark_webdataset.validate import validate_version  # noqa: E402
+from spark_webdataset.dataset.validate import validate_version  # noqa: E402
 
 KIB = 1024
 READ_CHUNK = 1 << 20

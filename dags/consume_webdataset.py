@@ -12,7 +12,7 @@ the two ways to pick what to read. Copy the task that fits your use.
   newest version only, whichever event woke it (e.g. train on the freshest
   data); after a backfill of an old date it reads the newest one again.
 
-Logic lives in `spark_webdataset.consumer`; this file is wiring only.
+Logic lives in `spark_webdataset.airflow.consumer`; this file is wiring only.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import datetime
 import pendulum
 from airflow.sdk import DAG, AssetAny, task
 
-from spark_webdataset.airflow_dags import build_dags
+from spark_webdataset.airflow.dags import build_dags
 
 assets = list(build_dags().assets.values())
 # A reading task that hangs (storage, a stuck worker) fails after this, and retries once.
@@ -40,7 +40,7 @@ with DAG(
 
     @task
     def read_each_published_version(triggering_asset_events=None) -> list[dict]:
-        from spark_webdataset.consumer import read_published
+        from spark_webdataset.airflow.consumer import read_published
 
         events = [event for events in triggering_asset_events.values() for event in events]
         print(f"every version: {len(events)} publish event(s) since the last run", flush=True)
@@ -48,7 +48,7 @@ with DAG(
 
     @task
     def read_latest_version(triggering_asset_events=None) -> list[dict]:
-        from spark_webdataset.consumer import read_latest
+        from spark_webdataset.airflow.consumer import read_latest
 
         roots = sorted({event.extra["root"] for events in triggering_asset_events.values() for event in events})
         print(f"newest version only: LATEST of {', '.join(roots)}", flush=True)

@@ -11,6 +11,6 @@ are fixed.
 
 from __future__ import annotations
 
-from spark_webdataset.airflow_dags import build_dags
+from spark_webdataset.airflow.dags import build_dags
 
 build_dags().raise_errors()

@@ -3,7 +3,7 @@
 
 One DAG per dataset config in `datasets/` beside the DAGs folder (or
 `SPARK_WEBDATASET_DATASETS`): `plan` >> `write_shards` (spark-submit of the
-installed package's `spark_webdataset/entry/build_webdataset.py`) >>
+installed package's `spark_webdataset/jobs/entry/build_webdataset.py`) >>
 `validate` >> `publish`.
 
 * **Version id**: the run's logical date (`20261201T000000Z`), or
@@ -24,14 +24,14 @@ installed package's `spark_webdataset/entry/build_webdataset.py`) >>
 
 A config that cannot be used shows as the import error of
 `dags/dataset_config_errors.py`; the other datasets' DAGs still load.
-Logic lives in `spark_webdataset.pipeline`, the wiring in
-`spark_webdataset.airflow_dags`; this file only registers the DAGs, so
+Logic lives in `spark_webdataset.airflow.pipeline`, the wiring in
+`spark_webdataset.airflow.dags`; this file only registers the DAGs, so
 with the package installed (`pip install spark-webdataset[airflow]`) it
 works copied into any DAGs folder, with `dataset_config_errors.py` beside it.
 """
 
 from __future__ import annotations
 
-from spark_webdataset.airflow_dags import build_dags
+from spark_webdataset.airflow.dags import build_dags
 
 globals().update(build_dags(doc_md=__doc__).dags)

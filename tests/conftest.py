@@ -89,7 +89,7 @@ def spark(gcs_emulator):
 @pytest.fixture(scope="session")
 def digits_source(tmp_path_factory) -> str:
     """The real demo source (scikit-learn digits) as parquet, made once."""
-    from spark_webdataset.demo import write_digits_source
+    from spark_webdataset.jobs.demo import write_digits_source
 
     directory = tmp_path_factory.mktemp("digits")
     write_digits_source(str(directory), files=8)
@@ -99,7 +99,7 @@ def digits_source(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def gcs_emulator():
     """A real GCS API (fake-gcs-server) on 127.0.0.1 for the whole session; clients find it by env."""
-    from gcs_emulator import Emulator
+    from spark_webdataset.testing.gcs_emulator import Emulator
 
     emulator = Emulator()
     previous = os.environ.get("STORAGE_EMULATOR_HOST")

@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 import compose_stack
-from gcs_emulator import free_ports
+from spark_webdataset.testing.gcs_emulator import free_ports
 from helpers import stop_groups
 
 REPO = compose_stack.REPO

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gcs_emulator import free_port
+from spark_webdataset.testing.gcs_emulator import free_port
 from helpers import stop_groups
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers import assert_version_consistent, manifest, shard_paths
-from spark_webdataset.build_job import build, parser, plan_partitions
+from spark_webdataset.jobs.build import build, parser, plan_partitions
 from spark_webdataset.errors import VersionSealed
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def test_spark_submit_end_to_end(digits_source, tmp_path) -> None:
 @pytest.mark.slow
 def test_bad_key_exits_2_with_the_key_named(spark, digits_source, tmp_path, capsys) -> None:
     """main() in this process's session (it leaves a session it did not start running)."""
-    from spark_webdataset.build_job import main
+    from spark_webdataset.jobs.build import main
 
     argv = ["--source", digits_source, "--output", str(tmp_path), "--field", "png=image", "--version", "bad",
             "--key", "format_string('%05d.x', id)"]  # fmt: skip

@@ -18,16 +18,17 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from spark_webdataset.catalog import describe, format_description
+from spark_webdataset.dataset.catalog import describe, format_description
 from spark_webdataset.cli import main as cli
-from spark_webdataset.commit_lock import CommitLock
-from spark_webdataset.consumer import read_published
+from spark_webdataset.dataset.lock import CommitLock
+from spark_webdataset.airflow.consumer import read_published
 from spark_webdataset.errors import ConcurrentCommit, InvalidVersionId, NotCommitted
 from spark_webdataset.format.encode import encode_column
-from spark_webdataset.format.manifest import MANIFEST_KIND, shard_name
+from spark_webdataset.dataset.layout import shard_name
+from spark_webdataset.format.manifest import MANIFEST_KIND
 from spark_webdataset.format.sample_reader import iter_samples
 from spark_webdataset.format.shard_writer import ShardWriter
-from spark_webdataset.layout import (
+from spark_webdataset.dataset.layout import (
     WRITER_MARK,
     WRITER_MARK_NAME,
     Dataset,
@@ -36,8 +37,8 @@ from spark_webdataset.layout import (
     parse_logical_date,
     timestamp_in_id,
 )
-from spark_webdataset.publish import publish
-from spark_webdataset.validate import validate_version
+from spark_webdataset.dataset.publish import publish
+from spark_webdataset.dataset.validate import validate_version
 
 
 def commit_version(root: Path, version: str, keys: list[str], max_shard_bytes: int = 8192) -> Path:
@@ -143,7 +144,7 @@ def test_an_expired_lease_is_taken_over_and_the_loser_can_neither_renew_nor_rele
 ) -> None:
     version = Dataset(str(tmp_path)).version("v1")
     dead = CommitLock(version, "job-dead", lease_seconds=-1).acquire()  # its lease ran out as it was written
-    with caplog.at_level(logging.WARNING, logger="spark_webdataset.commit_lock"):
+    with caplog.at_level(logging.WARNING, logger="spark_webdataset.dataset.lock"):
         alive = CommitLock(version, "job-alive", wait_seconds=0).acquire()
     assert "took over the expired commit lock" in caplog.text and "job-dead" in caplog.text
     assert lock_holder(version)["owner"] == "job-alive"

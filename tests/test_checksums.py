@@ -21,9 +21,9 @@ import pytest
 from helpers import crc32c_text
 
 from spark_webdataset.errors import BadOption, ChecksumMismatch, from_spark
-from spark_webdataset.publish import publish
+from spark_webdataset.dataset.publish import publish
 from spark_webdataset.spark.options import WriteOptions
-from spark_webdataset.validate import validate_version
+from spark_webdataset.dataset.validate import validate_version
 
 SAMPLES = 60
 

@@ -30,7 +30,7 @@ from spark_webdataset.errors import (
     StorageError,
     from_spark,
 )
-from spark_webdataset.layout import Dataset
+from spark_webdataset.dataset.layout import Dataset
 
 MTIME = 1_700_000_000  # not the default 0
 
@@ -277,14 +277,14 @@ def test_each_skipped_shard_is_logged_on_stderr(with_bad_shards, tmp_path) -> No
 
 
 def reshard_args(*argv: str):
-    from spark_webdataset.reshard_job import parser
+    from spark_webdataset.jobs.reshard import parser
 
     return parser().parse_args(list(argv))
 
 
 @pytest.mark.slow
 def test_reshard_reads_a_shard_pattern(spark, written, tmp_path) -> None:
-    from spark_webdataset.reshard_job import reshard
+    from spark_webdataset.jobs.reshard import reshard
 
     pattern = str(v1(written) / "shard-{000000..000001}.tar")
     summary = reshard(spark, reshard_args("--input", pattern, "--output", str(tmp_path), "--version", "r",
@@ -300,7 +300,7 @@ def test_reshard_reads_a_shard_pattern(spark, written, tmp_path) -> None:
 
 @pytest.mark.slow
 def test_reshard_refuses_more_shards_than_rows(spark, written, tmp_path) -> None:
-    from spark_webdataset.reshard_job import reshard
+    from spark_webdataset.jobs.reshard import reshard
 
     args = reshard_args("--input", str(v1(written)), "--output", str(tmp_path), "--version", "r", "--shard-multiple", "200")
     with pytest.raises(InputError, match="120 samples cannot fill 200 shards"):
@@ -309,7 +309,7 @@ def test_reshard_refuses_more_shards_than_rows(spark, written, tmp_path) -> None
 
 
 def test_reshard_main_exit_2_for_bad_input(tmp_path, capsys) -> None:
-    from spark_webdataset.reshard_job import main
+    from spark_webdataset.jobs.reshard import main
 
     # a bad version id is refused before any Spark session starts
     assert main(["--input", str(tmp_path), "--output", str(tmp_path), "--version", "../x"]) == 2
@@ -322,7 +322,7 @@ def test_reshard_main_exit_2_for_bad_input(tmp_path, capsys) -> None:
 
 @pytest.mark.slow
 def test_reshard_main_exit_0_on_success(spark, written, tmp_path, capsys) -> None:
-    from spark_webdataset.reshard_job import main
+    from spark_webdataset.jobs.reshard import main
 
     assert main(["--input", str(v1(written)), "--output", str(tmp_path / "out"), "--version", "r",
                  "--max-samples-per-shard", "60"]) == 0  # fmt: skip
@@ -350,14 +350,14 @@ def test_append_with_other_fields_is_a_field_mismatch_and_changes_nothing(spark,
 
 
 def build_args(*argv: str):
-    from spark_webdataset.build_job import parser
+    from spark_webdataset.jobs.build import parser
 
     return parser().parse_args(list(argv))
 
 
 @pytest.mark.slow
 def test_build_job_append_adds_a_second_source(spark, tmp_path) -> None:
-    from spark_webdataset.build_job import build
+    from spark_webdataset.jobs.build import build
 
     for name, (start, end) in {"a": (0, 60), "b": (60, 100)}.items():
         spark.range(start, end).selectExpr("id", "CAST(id % 10 AS INT) AS label").write.parquet(str(tmp_path / name))
@@ -418,7 +418,7 @@ def test_cli_argument_errors_exit_2(copied, tmp_path, argv) -> None:
 
 
 def test_build_job_main_exit_2_for_bad_input(tmp_path, capsys) -> None:
-    from spark_webdataset.build_job import main
+    from spark_webdataset.jobs.build import main
 
     common = ["--source", str(tmp_path / "src"), "--output", str(tmp_path), "--key", "id"]
     assert main([*common, "--version", "a/b"]) == 2  # refused before any Spark session starts
@@ -435,7 +435,7 @@ def test_build_job_main_exit_2_for_bad_input(tmp_path, capsys) -> None:
 
 @pytest.mark.slow
 def test_build_job_main_exit_2_for_a_missing_source(spark, tmp_path, capsys) -> None:
-    from spark_webdataset.build_job import main
+    from spark_webdataset.jobs.build import main
 
     missing = tmp_path / "no-such-source"
     code = main(["--source", str(missing), "--output", str(tmp_path / "out"), "--version", "v", "--key", "id"])
@@ -452,7 +452,7 @@ def test_build_job_main_exit_2_for_a_missing_source(spark, tmp_path, capsys) -> 
 @pytest.mark.slow
 def test_validate_require_fails_on_samples_without_the_field(copied, capsys) -> None:
     from spark_webdataset.cli import main as cli_main
-    from spark_webdataset.validate import validate_version
+    from spark_webdataset.dataset.validate import validate_version
 
     uri = str(v1(copied))
     first_missing = next(k for k, fields in tar_samples(shard_paths(uri)).items() if "txt" not in fields)
@@ -476,7 +476,7 @@ def test_validate_require_fails_on_samples_without_the_field(copied, capsys) -> 
 
 @pytest.mark.slow
 def test_build_job_source_table_and_seed(spark, tmp_path) -> None:
-    from spark_webdataset.build_job import build
+    from spark_webdataset.jobs.build import build
 
     spark.range(50).selectExpr("id", "CAST(id % 10 AS INT) AS label", "concat('t', id) AS txt").createOrReplaceTempView(
         "claims_seed_source"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gcs_emulator import PortTaken, start_on_free_ports
+from spark_webdataset.testing.gcs_emulator import PortTaken, start_on_free_ports
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]

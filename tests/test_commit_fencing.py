@@ -25,10 +25,10 @@ from fenced_committer import commit_samples, keys
 
 from spark_webdataset.errors import LostCommitLock, NotCommitted, VersionSealed
 from spark_webdataset.format.manifest import Manifest, ShardEntry
-from spark_webdataset.layout import Dataset, Version
-from spark_webdataset.publish import publish
+from spark_webdataset.dataset.layout import Dataset, Version
+from spark_webdataset.dataset.publish import publish
 from spark_webdataset.testing import faults
-from spark_webdataset.validate import validate_version
+from spark_webdataset.dataset.validate import validate_version
 
 HERE = Path(__file__).resolve().parent
 LEASE = 2.0  # seconds: A's lease runs out while it is stopped, B waits for that and takes over
@@ -158,7 +158,7 @@ def test_a_publisher_stalled_before_its_seal_publishes_nothing(root: str) -> Non
     commit_samples(version.uri, "p", 50)
     assert validate_version(version.uri).ok
     environment = {**os.environ, faults.ENV: "publish:sealing=stop"}
-    code = f"from spark_webdataset.publish import publish; publish({root!r}, 'v1', lease_seconds={LEASE})"
+    code = f"from spark_webdataset.dataset.publish import publish; publish({root!r}, 'v1', lease_seconds={LEASE})"
     publisher = subprocess.Popen(
         [sys.executable, "-c", code], env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -177,8 +177,8 @@ def test_a_publisher_stalled_before_its_seal_publishes_nothing(root: str) -> Non
 def test_a_stale_journal_is_discarded_not_applied(tmp_path) -> None:
     """A journal planned against a manifest that is gone (its committer froze before writing it,
     then wrote it late) is never applied by the next committer."""
-    from spark_webdataset.commit_lock import CommitLock
-    from spark_webdataset.spark.commit import Journal, roll_forward
+    from spark_webdataset.dataset.lock import CommitLock
+    from spark_webdataset.dataset.commit import Journal, roll_forward
 
     version = Dataset(str(tmp_path / "ds")).version("v1")
     commit_samples(version.uri, "p", 20)
@@ -200,7 +200,7 @@ def test_a_stale_journal_is_discarded_not_applied(tmp_path) -> None:
 
 
 def test_lost_lock_is_a_concurrent_commit(tmp_path) -> None:
-    from spark_webdataset.commit_lock import CommitLock
+    from spark_webdataset.dataset.lock import CommitLock
     from spark_webdataset.errors import ConcurrentCommit
 
     version = Dataset(str(tmp_path / "ds")).version("v1")

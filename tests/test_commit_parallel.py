@@ -13,14 +13,15 @@ import pytest
 from helpers import crc32c_text
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from spark_webdataset.commit_lock import CommitLock
+from spark_webdataset.dataset.lock import CommitLock
 from spark_webdataset.format.manifest import Manifest
 from spark_webdataset.format.shard_writer import ShardInfo
-from spark_webdataset.layout import Version
-from spark_webdataset.spark import commit
-from spark_webdataset.spark.commit import commit_job, journal_job, roll_forward
+from spark_webdataset.dataset.layout import Version
+from spark_webdataset.dataset import commit
+from spark_webdataset.dataset.commit import commit_job, journal_job, roll_forward
 from spark_webdataset.spark.options import WriteOptions
-from spark_webdataset.spark.writer import KEYS_FILE, WebDatasetCommitMessage, WebDatasetWriter
+from spark_webdataset.dataset.layout import STAGED_KEYS_NAME
+from spark_webdataset.spark.writer import WebDatasetCommitMessage, WebDatasetWriter
 from spark_webdataset.storage.local import LocalStorage
 
 SHARDS = 200
@@ -40,9 +41,9 @@ def staged_write(directory: Path) -> tuple[WebDatasetWriter, list[WebDatasetComm
         sink = io.BytesIO()
         with pa.ipc.new_stream(sink, pa.schema([("key", pa.large_string())])) as ipc:
             ipc.write_table(pa.table([pa.array([key], pa.large_string())], names=["key"]))
-        storage.write_atomic(storage.join(staging, KEYS_FILE), sink.getvalue())
+        storage.write_atomic(storage.join(staging, STAGED_KEYS_NAME), sink.getvalue())
         info = ShardInfo(0, 1, len(data), crc32c_text(data), key, key)
-        messages.append(WebDatasetCommitMessage(partition, 0, partition, staging, [info], storage.join(staging, KEYS_FILE)))
+        messages.append(WebDatasetCommitMessage(partition, 0, partition, staging, [info], storage.join(staging, STAGED_KEYS_NAME)))
     return writer, messages
 
 
@@ -84,7 +85,7 @@ def test_a_rename_failing_half_way_stops_the_commit_and_the_journal_finishes_it(
     writer, messages = staged_write(tmp_path)
     faulty = FailingRename(fail_at=SHARDS // 2)
     faulty.rename_threads = 8
-    monkeypatch.setattr("spark_webdataset.layout.storage_for", lambda uri: faulty)
+    monkeypatch.setattr("spark_webdataset.dataset.layout.storage_for", lambda uri: faulty)
     with pytest.raises(OSError, match="injected"):
         commit_job(writer.commit_request(messages))
     done = len(shards_on_disk(tmp_path))

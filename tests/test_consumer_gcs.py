@@ -15,11 +15,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from spark_webdataset.consumer import read_latest, read_published, wids_for_gcs
-from spark_webdataset.layout import Dataset
-from spark_webdataset.publish import publish
+from spark_webdataset.airflow.consumer import read_latest, read_published, wids_for_gcs
+from spark_webdataset.dataset.layout import Dataset
+from spark_webdataset.dataset.publish import publish
 from spark_webdataset.storage import storage_for
-from spark_webdataset.validate import validate_version
+from spark_webdataset.dataset.validate import validate_version
 from webdataset_ui_data import commit_table, digits_table
 
 REPO = Path(__file__).resolve().parents[1]

@@ -152,5 +152,5 @@ def test_airflow_loads_its_plugins_without_an_error() -> None:
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["errors"] == {} and report["shadowed"] == [], report  # no module of the package as a plugin
     assert report["files"] == [], report  # plugins/ is the package's home, not a plugin file's
-    assert report["points"] == ["spark-webdataset webdataset_view=spark_webdataset.ui.plugin"], report
+    assert report["points"] == ["spark-webdataset webdataset_view=spark_webdataset.airflow.ui.plugin"], report
     assert "attempted relative import" not in done.stderr

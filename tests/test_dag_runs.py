@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from dataset_dags import dagbag_of, dataset_dag, write_config
-from spark_webdataset.catalog import describe
-from spark_webdataset.publish import PublishRefused, publish, read_latest
-from spark_webdataset.validate import validate_version
+from spark_webdataset.dataset.catalog import describe
+from spark_webdataset.dataset.publish import PublishRefused, publish, read_latest
+from spark_webdataset.dataset.validate import validate_version
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -202,7 +202,7 @@ def test_bad_input_fails_the_spark_task_on_its_first_try_with_the_reason(
 
 def spark_job(tmp_path: Path, exit_code: int, message: str):
     """The DAG's Spark operator on a real spark-submit of a script that prints `message` and exits."""
-    from spark_webdataset.airflow_dags import SparkJobOperator
+    from spark_webdataset.airflow.dags import SparkJobOperator
 
     script = tmp_path / f"exit_{exit_code}.py"
     script.write_text(f"import sys\nprint({message!r}, file=sys.stderr)\nsys.exit({exit_code})\n")

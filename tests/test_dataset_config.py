@@ -8,14 +8,8 @@ from pathlib import Path
 import pytest
 
 from dataset_dags import write_config
-from spark_webdataset.dataset_config import (
-    DatasetConfig,
-    DatasetConfigError,
-    InvalidDatasetConfigs,
-    datasets_folder,
-    load_config,
-    load_folder,
-)
+from spark_webdataset.airflow.configs import DatasetConfig, datasets_folder, load_config, load_folder
+from spark_webdataset.errors import DatasetConfigError, InvalidDatasetConfigs
 
 REPO = Path(__file__).resolve().parents[1]
 MINIMAL = {"source": "/raw/{ds}", "root": "/out/ds", "key": "id"}
@@ -195,7 +189,7 @@ def test_a_missing_folder_is_one_error_naming_it(tmp_path) -> None:
 
 
 def test_a_config_gives_its_dag_params_asset_and_spark_settings(tmp_path) -> None:
-    from spark_webdataset.airflow_dags import SparkJobOperator, build_dags
+    from spark_webdataset.airflow.dags import SparkJobOperator, build_dags
 
     write_config(
         tmp_path, "images", source="gs://raw/{ds}/*.parquet", root="gs://b/images", key="image_id",
@@ -248,7 +242,7 @@ def test_a_config_gives_its_dag_params_asset_and_spark_settings(tmp_path) -> Non
 
 @pytest.mark.parametrize("schedule", ["61 * * * *", "@dayly"])
 def test_a_schedule_airflow_refuses_names_the_file_and_the_field(tmp_path, schedule) -> None:
-    from spark_webdataset.airflow_dags import build_dags
+    from spark_webdataset.airflow.dags import build_dags
 
     write_config(tmp_path, "good", **MINIMAL)
     bad = write_config(tmp_path, "bad", **{**MINIMAL, "root": "/out/bad", "schedule": schedule})

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fault_proxy import FaultPlan, FaultProxy, FaultRule, gcs_through, use_gcs_endpoint
+from spark_webdataset.testing.fault_proxy import FaultPlan, FaultProxy, FaultRule, gcs_through, use_gcs_endpoint
 from helpers import failed_task_attempts
-from spark_webdataset.pipeline import publish_step, validate_step
+from spark_webdataset.airflow.pipeline import publish_step, validate_step
 from spark_webdataset.storage import storage_for
 
 pytestmark = pytest.mark.slow
@@ -61,7 +61,7 @@ def version_bytes(root: str, version: str) -> dict[str, bytes]:
 def test_pipeline_completes_through_faults_with_identical_output(
     spark, bucket, gcs_emulator, digits_source, monkeypatch
 ) -> None:
-    from spark_webdataset.build_job import build, parser
+    from spark_webdataset.jobs.build import build, parser
 
     # the baseline in this process's Spark, straight to the emulator; the faulty run is a real spark-submit
     build(spark, parser().parse_args(job_args(digits_source, f"{bucket}/clean", "v")))
@@ -131,8 +131,8 @@ def test_retried_task_on_gcs_keeps_exactly_the_samples(spark, bucket) -> None:
 
 def test_publish_whose_record_create_and_latest_update_lose_their_responses(spark, bucket, gcs_emulator) -> None:
     """Deterministic lost responses on publish's two conditional writes: both settle by reading back."""
-    from spark_webdataset.publish import advance_latest, publish, read_latest
-    from spark_webdataset.validate import validate_version
+    from spark_webdataset.dataset.publish import advance_latest, publish, read_latest
+    from spark_webdataset.dataset.validate import validate_version
 
     root, version = f"{bucket}/ds", "20261102T000000Z"
     target = f"{root}/versions/{version}"

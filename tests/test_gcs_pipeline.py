@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from spark_webdataset.format.manifest import Manifest
-from spark_webdataset.publish import publish, read_latest
+from spark_webdataset.dataset.publish import publish, read_latest
 from spark_webdataset.storage import storage_for
-from spark_webdataset.validate import validate_version
+from spark_webdataset.dataset.validate import validate_version
 from helpers import crc32c_text
 
 pytestmark = pytest.mark.slow
@@ -64,7 +64,7 @@ def test_dag_run_to_gcs(bucket, digits_source, airflow_db, tmp_path, monkeypatch
     import datetime
 
     from dataset_dags import dataset_dag, write_config
-    from spark_webdataset.catalog import describe
+    from spark_webdataset.dataset.catalog import describe
 
     root = f"{bucket}/digits"
     # its own dataset name: Airflow refuses one Asset name for two roots (the repo's digits is another)

@@ -6,7 +6,7 @@ import multiprocessing
 
 import pytest
 
-from fault_proxy import FaultPlan, FaultRule, gcs_through
+from spark_webdataset.testing.fault_proxy import FaultPlan, FaultRule, gcs_through
 from spark_webdataset.storage import storage_for
 from spark_webdataset.storage.base import PreconditionFailed
 
@@ -79,7 +79,7 @@ def test_replace_if_whose_response_is_lost_returns_true(bucket: str, gcs_emulato
 def _advance(args) -> str:
     import os
 
-    from spark_webdataset.publish import advance_latest
+    from spark_webdataset.dataset.publish import advance_latest
 
     root, version, barrier, host = args
     os.environ["STORAGE_EMULATOR_HOST"] = host
@@ -88,7 +88,7 @@ def _advance(args) -> str:
 
 
 def test_racing_latest_updates_leave_the_greatest(bucket: str, gcs_emulator) -> None:
-    from spark_webdataset.publish import read_latest
+    from spark_webdataset.dataset.publish import read_latest
 
     versions = [f"2026110{n}T000000Z" for n in range(1, 7)]
     context = multiprocessing.get_context("spawn")

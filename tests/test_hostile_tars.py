@@ -296,7 +296,7 @@ def version_with(directory: Path, data: bytes, samples: int = 2, first: str = "a
 
 @pytest.mark.parametrize("shard", [huge_base256, bogus_pax_length, pax_size_past_the_end])
 def test_validation_writes_its_report_naming_shard_and_offset(tmp_path: Path, shard) -> None:
-    from spark_webdataset.validate import validate_version
+    from spark_webdataset.dataset.validate import validate_version
 
     data = shard()
     directory = version_with(tmp_path / "v", data)
@@ -310,7 +310,7 @@ def test_validation_writes_its_report_naming_shard_and_offset(tmp_path: Path, sh
 
 def test_validation_records_a_shard_it_cannot_check_at_all(tmp_path: Path, monkeypatch) -> None:
     """A failure that is not a broken tar (here: storage refusing the read) is still a recorded error."""
-    from spark_webdataset import validate
+    from spark_webdataset.dataset import validate
     from spark_webdataset.errors import StorageError
 
     directory = version_with(tmp_path / "v", member("a.txt", b"1") + member("b.txt", b"2") + END)
@@ -360,7 +360,7 @@ def test_spark_reader_names_shard_and_offset_of_a_base256_size(spark, tmp_path: 
 
 
 def test_spark_reader_and_validator_fail_a_bogus_pax_length_with_the_same_rule(spark, tmp_path: Path) -> None:
-    from spark_webdataset.validate import validate_version
+    from spark_webdataset.dataset.validate import validate_version
 
     data = bogus_pax_length()
     directory = version_with(tmp_path / "v", data)
@@ -404,7 +404,7 @@ def hostile_view(tmp_path: Path):
         warnings.simplefilter("ignore")
         from fastapi.testclient import TestClient
 
-    from spark_webdataset.ui.app import create_app
+    from spark_webdataset.airflow.ui.app import create_app
     from webdataset_ui_data import commit_table, digits_table, write_config
 
     root = tmp_path / "data" / "foreign"
@@ -443,7 +443,7 @@ def test_the_random_preview_marks_them_too(hostile_view) -> None:
 
 
 def test_key_range_problems_are_named() -> None:
-    from spark_webdataset.ui.summary import key_range_problem
+    from spark_webdataset.airflow.ui.summary import key_range_problem
 
     assert key_range_problem("a", "b") is None
     assert "first key '../evil'" in str(key_range_problem("../evil", "z"))

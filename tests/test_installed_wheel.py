@@ -28,8 +28,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from spark_webdataset.dataset_config import datasets_folder, default_data_folder
-from spark_webdataset.publish import read_latest
+from spark_webdataset.airflow.configs import datasets_folder, default_data_folder
+from spark_webdataset.dataset.publish import read_latest
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "wheel_digits"  # an Asset name no other test uses: two roots under one name make Airflow drop events
@@ -122,11 +122,11 @@ def test_the_wheel_alone_runs_a_dataset_dag_to_a_published_version(
 ) -> None:
     import wids
 
-    from spark_webdataset.consumer import read_published
+    from spark_webdataset.airflow.consumer import read_published
 
     wheel = build_wheel(tmp_path)
     packaged = set(zipfile.ZipFile(wheel).namelist())
-    assert "spark_webdataset/entry/build_webdataset.py" in packaged
+    assert "spark_webdataset/jobs/entry/build_webdataset.py" in packaged
     assert not any(name.startswith(("jobs/", "dags/", "datasets/", "tests/")) for name in packaged)
     python = fresh_venv(tmp_path, wheel)
 
@@ -150,7 +150,7 @@ def test_the_wheel_alone_runs_a_dataset_dag_to_a_published_version(
     elsewhere.mkdir()
 
     where = json.loads(run_python(python, ["-c", (
-        "import json, sys, spark_webdataset; from spark_webdataset.entry import script, BUILD_WEBDATASET; "
+        "import json, sys, spark_webdataset; from spark_webdataset.jobs.entry import script, BUILD_WEBDATASET; "
         "from airflow import plugins_manager; plugins, errors = plugins_manager._get_plugins(); "
         "print(json.dumps({'package': spark_webdataset.__file__, 'entry': script(BUILD_WEBDATASET), 'path': sys.path, "
         "'plugins': [(p.name, str(p.source.dist)) for p in plugins], 'errors': errors}))"
@@ -162,7 +162,7 @@ def test_the_wheel_alone_runs_a_dataset_dag_to_a_published_version(
     # the WebDataset view comes with the wheel (its entry point), the plugins folder being empty
     assert (where["plugins"], where["errors"]) == ([["webdataset_view", "spark-webdataset"]], {}), where
     # the zip for executors without the package, from the installed files: the checkout's zip, byte for byte
-    installed_zip = run_python(python, ["-m", "spark_webdataset.entry", "--pyfiles", "p.zip"], env, elsewhere)
+    installed_zip = run_python(python, ["-m", "spark_webdataset.jobs.entry", "--pyfiles", "p.zip"], env, elsewhere)
     checkout_zip = subprocess.run(
         [str(REPO / "scripts" / "build_pyfiles.sh"), str(tmp_path / "checkout.zip")],
         check=True, capture_output=True, text=True,

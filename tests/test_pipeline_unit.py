@@ -1,4 +1,4 @@
-"""spark_webdataset.pipeline without Airflow: what a run plans from its Params."""
+"""spark_webdataset.airflow.pipeline without Airflow: what a run plans from its Params."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import datetime
 
 import pytest
 
-from spark_webdataset import pipeline
-from spark_webdataset.pipeline import PipelineError
+from spark_webdataset.airflow import pipeline
+from spark_webdataset.errors import PipelineError
 
 UTC = datetime.timezone.utc
 ROOT = "/data/out/"  # the dataset config's root: a run's Params no longer give it

@@ -13,12 +13,12 @@ from fenced_committer import commit_samples
 
 from spark_webdataset import cli
 from spark_webdataset.errors import PublishRefused, VersionSealed
-from spark_webdataset.layout import Dataset
-from spark_webdataset.publish import advance_latest, publish
-from spark_webdataset.spark.commit import StreamBatch
+from spark_webdataset.dataset.layout import Dataset
+from spark_webdataset.dataset.publish import advance_latest, publish
+from spark_webdataset.dataset.commit import StreamBatch
 from spark_webdataset.format.manifest import Manifest
 from spark_webdataset.testing import faults
-from spark_webdataset.validate import validate_version
+from spark_webdataset.dataset.validate import validate_version
 
 
 def published(root: str, version: str, samples: int = 5, logical_date: str | None = None) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from spark_webdataset.errors import BadOption, InputError, NotCommitted, TarFormatError
-from spark_webdataset.layout import WRITER_MARK, Version
+from spark_webdataset.dataset.layout import WRITER_MARK, Version
 from spark_webdataset.spark.reader import ReadOptions, infer_fields, resolve
 
 

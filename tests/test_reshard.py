@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import assert_version_consistent
-from spark_webdataset.reshard_job import parser, reshard
+from spark_webdataset.jobs.reshard import parser, reshard
 
 pytestmark = pytest.mark.slow
 ROWS = 300

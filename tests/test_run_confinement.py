@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from dataset_dags import dagbag_of, dataset_dag, write_config
-from spark_webdataset.dataset_config import load_config, load_folder
+from spark_webdataset.airflow.configs import load_config, load_folder
 from spark_webdataset.errors import NestedDatasetRoot, from_spark
-from spark_webdataset.layout import ROOT_RULE, check_dataset_root
+from spark_webdataset.dataset.layout import ROOT_RULE, check_dataset_root
 
 REPO = Path(__file__).resolve().parents[1]
 DAGS = REPO / "dags"
@@ -133,8 +133,8 @@ def test_a_version_override_outside_the_id_rule_fails_at_plan_and_writes_nothing
 @pytest.fixture(scope="module")
 def published_root(spark, digits_source, tmp_path_factory) -> Path:
     """ROOT with version 20261101 written by the data source, validated and published."""
-    from spark_webdataset.publish import publish
-    from spark_webdataset.validate import validate_version
+    from spark_webdataset.dataset.publish import publish
+    from spark_webdataset.dataset.validate import validate_version
 
     root = tmp_path_factory.mktemp("published") / "root"
     target = root / "versions" / "20261101"
@@ -169,8 +169,8 @@ def test_the_writer_refuses_a_root_inside_a_published_version(spark, published_r
 
 
 def test_the_jobs_refuse_a_root_inside_a_published_version_before_spark_starts(published_root, capsys) -> None:
-    from spark_webdataset.build_job import main as build_main
-    from spark_webdataset.reshard_job import main as reshard_main
+    from spark_webdataset.jobs.build import main as build_main
+    from spark_webdataset.jobs.reshard import main as reshard_main
 
     inside = published_root / "versions" / "20261101"
     before = snapshot(published_root)
@@ -184,8 +184,9 @@ def test_the_jobs_refuse_a_root_inside_a_published_version_before_spark_starts(p
 
 
 def test_publish_and_the_pipeline_steps_refuse_a_root_inside_a_published_version(published_root) -> None:
-    from spark_webdataset.pipeline import PipelineError, plan_run, publish_step, validate_step
-    from spark_webdataset.publish import publish
+    from spark_webdataset.airflow.pipeline import plan_run, publish_step, validate_step
+    from spark_webdataset.errors import PipelineError
+    from spark_webdataset.dataset.publish import publish
 
     inside = str(published_root / "versions" / "20261101")
     before = snapshot(published_root)
@@ -246,7 +247,7 @@ def test_nested_config_roots_are_an_error_naming_both_files(tmp_path, outer, inn
 
 def test_the_config_check_reads_no_storage(tmp_path, monkeypatch) -> None:
     """At parse time the nesting rule is path logic: not one storage call, even for gs:// roots."""
-    import spark_webdataset.layout as layout
+    import spark_webdataset.dataset.layout as layout
 
     def no_storage(uri):
         raise AssertionError(f"storage asked for {uri} while configs were loaded")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gcs_emulator import free_port
+from spark_webdataset.testing.gcs_emulator import free_port
 from helpers import assert_version_consistent, manifest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -63,7 +63,7 @@ def _client(url: str, *argv: str, code: str | None = None) -> subprocess.Complet
 
 
 def test_write_read_and_the_build_job_through_a_spark_connect_session(connect_url, digits_source, tmp_path) -> None:
-    from spark_webdataset.validate import validate_version
+    from spark_webdataset.dataset.validate import validate_version
 
     written = tmp_path / "written"
     client = _client(connect_url, str(Path(__file__).with_name("connect_client.py")), str(written))
@@ -77,7 +77,7 @@ def test_write_read_and_the_build_job_through_a_spark_connect_session(connect_ur
 
     # the build job, end to end (argument parsing, session, build, summary) over the remote session
     root = tmp_path / "digits"
-    job = "import sys; from spark_webdataset.build_job import main; sys.exit(main(sys.argv[1:]))"
+    job = "import sys; from spark_webdataset.jobs.build import main; sys.exit(main(sys.argv[1:]))"
     build = _client(
         connect_url, "--source", digits_source, "--output", str(root), "--version", "20261201T000000Z",
         "--key", "format_string('%05d', id)", "--field", "png=image", "--field", "cls=label", "--max-shard-bytes", "64KiB",
@@ -90,7 +90,7 @@ def test_write_read_and_the_build_job_through_a_spark_connect_session(connect_ur
     assert validate_version(str(version)).ok
 
     # what Spark Connect cannot do fails with a message that says so (exit 2: no retry helps)
-    reshard = "import sys; from spark_webdataset.reshard_job import main; sys.exit(main(sys.argv[1:]))"
+    reshard = "import sys; from spark_webdataset.jobs.reshard import main; sys.exit(main(sys.argv[1:]))"
     refused = _client(
         connect_url, "--input", str(version), "--output", str(tmp_path / "resharded"), "--version", "v2",
         "--shard-multiple", "4", code=reshard,

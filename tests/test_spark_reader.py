@@ -67,8 +67,8 @@ def test_dataset_root_reads_latest_and_patterns_expand(spark, tmp_path) -> None:
         spark.range(count).selectExpr("format_string('k%03d', id) AS __key__", "id AS cls").coalesce(1).write.format(
             "webdataset"
         ).option("maxSamplesPerShard", 10).mode("overwrite").save(str(root / "versions" / version))
-    from spark_webdataset.publish import publish
-    from spark_webdataset.validate import validate_version
+    from spark_webdataset.dataset.publish import publish
+    from spark_webdataset.dataset.validate import validate_version
 
     for version in ("v1", "v2"):
         assert validate_version(str(root / "versions" / version)).ok

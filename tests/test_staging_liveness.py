@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from spark_webdataset.layout import Version
-from spark_webdataset.spark.staging import (
+from spark_webdataset.dataset.layout import Version
+from spark_webdataset.dataset.staging import (
     LEASE_NAME,
     ORPHAN_SECONDS,
     STALE_STAGING_SECONDS,

@@ -204,7 +204,7 @@ def test_exactly_once_after_the_driver_is_killed_mid_batch_and_between_commit_an
 def test_a_stream_to_gcs_commits_its_batches_once(spark, bucket, tmp_path) -> None:
     """The same commit on gs:// (compare-and-swap by generation, server crc32c checked): two
     micro-batches, then a run with nothing new commits nothing."""
-    from spark_webdataset.layout import Version
+    from spark_webdataset.dataset.layout import Version
 
     source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
     version = f"{bucket}/stream/versions/v"

@@ -309,7 +309,7 @@ def test_scan_defers_damage_that_the_parser_names(layout: str) -> None:
 def test_a_member_name_that_is_not_utf8_is_damage_named_at_its_header(tmp_path: Path) -> None:
     """Keys become Spark strings: validation reports such a shard instead of crashing on it."""
     from spark_webdataset.format.manifest import Manifest, ShardEntry
-    from spark_webdataset.validate import validate_version
+    from spark_webdataset.dataset.validate import validate_version
 
     data = member("a.txt", b"x") + member(b"\xff.txt", b"y") + END
     with pytest.raises(TarFormatError, match=r"offset 1024: member name b'\\xff.txt' is not UTF-8"):

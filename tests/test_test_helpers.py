@@ -8,8 +8,8 @@ import urllib.request
 
 import pytest
 
-import gcs_emulator
-from fault_proxy import FaultPlan, FaultProxy, FaultRule, object_name
+from spark_webdataset.testing import gcs_emulator
+from spark_webdataset.testing.fault_proxy import FaultPlan, FaultProxy, FaultRule, object_name
 
 
 def test_start_on_free_ports_tries_new_ports_while_they_are_taken() -> None:

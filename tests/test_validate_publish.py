@@ -13,8 +13,9 @@ from typing import Callable
 import pytest
 
 from spark_webdataset.cli import main as cli
-from spark_webdataset.publish import PublishRefused, advance_latest, publish, read_latest, shard_index
-from spark_webdataset.validate import validate_version
+from spark_webdataset.dataset.publish import PublishRefused, advance_latest, publish, read_latest, shard_index
+from spark_webdataset.jobs.validate_spark import spark_check
+from spark_webdataset.dataset.validate import validate_version
 
 Members = list[tuple[tarfile.TarInfo, bytes]]
 
@@ -152,7 +153,7 @@ def test_validation_catches_defect_and_publish_refuses(root: Path, defect: str) 
 
 def test_validation_with_spark_finds_keys_in_two_shards(spark, root: Path) -> None:
     key_in_two_shards(root)
-    report = validate_version(str(version(root)), spark_master="local[2]")
+    report = validate_version(str(version(root)), check=spark_check("local[2]"))
     assert any("key appears in shards shard-000000.tar, shard-000001.tar" in e["error"] for e in report.errors)
 
 
@@ -220,7 +221,7 @@ def test_backfill_never_moves_latest_back(tmp_path: Path) -> None:
 
 
 def test_version_order_is_natural() -> None:
-    from spark_webdataset.publish import version_order
+    from spark_webdataset.dataset.publish import version_order
 
     assert version_order("v10") > version_order("v9")
     assert version_order("20261202T000000Z") > version_order("20261201T235959Z")

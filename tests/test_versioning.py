@@ -29,10 +29,10 @@ from spark_webdataset.errors import (
     VersionSealed,
     from_spark,
 )
-from spark_webdataset.layout import Dataset, Version
-from spark_webdataset.publish import publish
+from spark_webdataset.dataset.layout import Dataset, Version
+from spark_webdataset.dataset.publish import publish
 from spark_webdataset.spark.reader import resolve
-from spark_webdataset.validate import validate_version
+from spark_webdataset.dataset.validate import validate_version
 
 pytestmark = pytest.mark.slow
 
@@ -91,9 +91,9 @@ def test_writes_into_a_published_version_are_refused(spark, tmp_path, where, req
 
 
 def test_build_and_reshard_jobs_refuse_a_published_version(spark, tmp_path, digits_source) -> None:
-    from spark_webdataset.build_job import build, parser
-    from spark_webdataset.reshard_job import parser as reshard_parser
-    from spark_webdataset.reshard_job import reshard
+    from spark_webdataset.jobs.build import build, parser
+    from spark_webdataset.jobs.reshard import parser as reshard_parser
+    from spark_webdataset.jobs.reshard import reshard
 
     root = str(tmp_path / "ds")
     version = published_root(spark, root)
@@ -222,7 +222,7 @@ def test_publish_refuses_version_ids_outside_the_rule(tmp_path, version) -> None
 
 
 def test_latest_follows_logical_dates(spark, tmp_path) -> None:
-    from spark_webdataset.catalog import describe
+    from spark_webdataset.dataset.catalog import describe
 
     root = str(tmp_path / "ds")
     dataset = Dataset(root)

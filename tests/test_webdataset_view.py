@@ -1,4 +1,4 @@
-"""The WebDataset view's app (spark_webdataset.ui) through FastAPI's TestClient, without Spark.
+"""The WebDataset view's app (spark_webdataset.airflow.ui) through FastAPI's TestClient, without Spark.
 
 Versions are written by the real ShardWriter and Manifest, checked by the
 real validate_version and published by the real publish (tests/webdataset_ui_data.py).
@@ -18,10 +18,10 @@ with warnings.catch_warnings():
 
 from PIL import Image
 
-from spark_webdataset.ui import preview as previews
-from spark_webdataset.ui.app import airflow_user, create_app
-from spark_webdataset.ui.summary import check_shard_name
-from spark_webdataset.validate import validate_version
+from spark_webdataset.airflow.ui import preview as previews
+from spark_webdataset.airflow.ui.app import airflow_user, create_app
+from spark_webdataset.dataset.layout import check_shard_name
+from spark_webdataset.dataset.validate import validate_version
 from webdataset_ui_data import commit_table, digits_table, published_digits, write_config
 
 
@@ -165,7 +165,7 @@ def test_random_preview_is_seeded_and_one_shard_can_be_previewed(world) -> None:
 
 
 def test_a_preview_stops_at_its_byte_budget(world) -> None:
-    from spark_webdataset.ui.summary import resolve_version, shard_entries
+    from spark_webdataset.airflow.ui.summary import resolve_version, shard_entries
 
     version = resolve_version(str(world["root"]), "LATEST")
     result = previews.first_samples(version, shard_entries(version), 64, budget=20_000)
@@ -173,7 +173,7 @@ def test_a_preview_stops_at_its_byte_budget(world) -> None:
 
 
 def test_a_version_page_reads_the_manifest_and_latest_once(world, monkeypatch) -> None:
-    from spark_webdataset.layout import Dataset, Version
+    from spark_webdataset.dataset.layout import Dataset, Version
 
     reads = {"manifest": 0, "latest": 0}
     manifest, latest = Version.read_manifest_bytes, Dataset.read_latest
@@ -192,7 +192,7 @@ def test_a_version_page_reads_the_manifest_and_latest_once(world, monkeypatch) -
 
 
 def test_a_shard_that_cannot_be_read_is_an_error_row_and_the_next_shard_follows(world) -> None:
-    from spark_webdataset.ui.summary import resolve_version, shard_entries
+    from spark_webdataset.airflow.ui.summary import resolve_version, shard_entries
 
     version = resolve_version(str(world["root"]), "LATEST")
     shards = [("shard-999999.tar", 1024)] + shard_entries(version)
@@ -251,7 +251,7 @@ def test_a_gs_root_reads_through_the_same_storage_layer(bucket, tmp_path) -> Non
     body = client.get("/api/datasets/remote/versions/LATEST/preview?n=16").json()
     assert body["count"] == 16 and all(s["fields"][0]["kind"] == "image" for s in body["samples"])
     # a gs:// shard is read with ranged GETs of 256 KiB, not the storage layer's 8 MiB
-    from spark_webdataset.layout import Dataset
+    from spark_webdataset.dataset.layout import Dataset
 
     version = Dataset(f"{bucket}/digits").version("20261201T000000Z")
     with previews._open_shard(version, "shard-000000.tar") as stream:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gcs_emulator import free_port
+from spark_webdataset.testing.gcs_emulator import free_port
 from helpers import stop_groups
 from webdataset_ui_data import digits_table, published_digits, write_config
 

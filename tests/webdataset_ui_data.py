@@ -12,17 +12,18 @@ from pathlib import Path
 import pyarrow as pa
 
 from spark_webdataset.format.encode import encode_column
-from spark_webdataset.format.manifest import Manifest, ShardEntry, shard_name
+from spark_webdataset.dataset.layout import shard_name
+from spark_webdataset.format.manifest import Manifest, ShardEntry
 from spark_webdataset.format.shard_writer import ShardWriter
-from spark_webdataset.layout import WRITER_MARK, WRITER_MARK_NAME, Dataset
-from spark_webdataset.publish import publish
-from spark_webdataset.validate import validate_version
+from spark_webdataset.dataset.layout import WRITER_MARK, WRITER_MARK_NAME, Dataset
+from spark_webdataset.dataset.publish import publish
+from spark_webdataset.dataset.validate import validate_version
 
 DIGITS_FIELDS = [("png", "image", "binary"), ("cls", "label", "bigint"), ("json", "meta", "struct")]
 
 
 def digits_table() -> pa.Table:
-    from spark_webdataset.demo import digits_table as table
+    from spark_webdataset.jobs.demo import digits_table as table
 
     return table()
 

@@ -17,18 +17,9 @@ __version__ = "0.1.0"
 
 def register(spark: "SparkSession") -> None:
     """Make `format("webdataset")` known to this SparkSession (once per session)."""
-    from .spark.datasource import WebDatasetDataSource
+    from .spark.datasource import register as register_data_source
 
-    try:
-        application_id = spark.conf.get("spark.app.id")
-    except Exception:  # noqa: BLE001 - Spark Connect may not expose it; metadata only
-        application_id = None
-    # The writer runs in a separate process with no SparkContext: carry the
-    # application id (for the manifest's run section) on the registered class.
-    source = type(
-        "WebDatasetDataSource", (WebDatasetDataSource,), {"application_id": application_id}
-    )
-    spark.dataSource.register(source)
+    register_data_source(spark)
 
 
 __all__ = ["register", "__version__"]

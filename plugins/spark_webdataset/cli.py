@@ -13,7 +13,7 @@ from .errors import EXIT_BAD_INPUT, EXIT_FAILED
 
 
 def _demo_source(args: argparse.Namespace) -> int:
-    from .demo import write_digits_source
+    from .jobs.demo import write_digits_source
 
     rows = write_digits_source(args.directory, files=args.files)
     print(f"wrote {rows} digits to {args.directory} ({args.files} parquet files)")
@@ -21,13 +21,14 @@ def _demo_source(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from .validate import validate_version
+    from .dataset.validate import validate_version
+    from .jobs.validate_spark import spark_check
 
     report = validate_version(
         args.version_uri,
         workers=args.workers,
         require=args.require,
-        spark_master=args.spark_master,
+        check=spark_check(args.spark_master) if args.spark_master else None,
         progress=not args.quiet,
     )
     print(report.summary())
@@ -35,7 +36,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _publish(args: argparse.Namespace) -> int:
-    from .publish import publish
+    from .dataset.publish import publish
 
     result = publish(args.root, args.version, logical_date=args.logical_date, allow_empty=args.allow_empty)
     state = "already published (no-op)" if result.already_published else "published"
@@ -47,8 +48,8 @@ def _publish(args: argparse.Namespace) -> int:
 
 
 def _latest(args: argparse.Namespace) -> int:
-    from .layout import Dataset
-    from .publish import set_latest
+    from .dataset.layout import Dataset
+    from .dataset.publish import set_latest
 
     if args.set is None:
         print(Dataset(args.root).read_latest() or "(no LATEST)")
@@ -59,7 +60,7 @@ def _latest(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from .catalog import describe, format_description
+    from .dataset.catalog import describe, format_description
 
     description = describe(args.root)
     print(json.dumps(description, indent=1) if args.json else format_description(description))
@@ -90,10 +91,11 @@ EXIT_BROKEN_PIPE = 141  # as a shell reports a process a closed pipe ended (128 
 
 
 def _datasets(args: argparse.Namespace) -> int:
-    from .dataset_config import InvalidDatasetConfigs, load_folder
+    from .airflow.configs import load_folder
+    from .errors import InvalidDatasetConfigs
 
     try:  # with Airflow installed, the full check: the DAG each config gives (schedule included)
-        from .airflow_dags import build_dags
+        from .airflow.dags import build_dags
     except ImportError:
         build_dags = None
     loaded = build_dags(args.folder) if build_dags is not None else load_folder(args.folder)

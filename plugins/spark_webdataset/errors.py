@@ -2,7 +2,7 @@
 
 Messages name the key, column, option, shard or version and the rule it
 broke; callers and tests tell errors apart by type, never by text. The
-module imports nothing, so the format core can use it too.
+module imports only the standard library, so the format core can use it too.
 
 Errors raised inside Spark (task or driver-side Python workers) reach the
 caller as Spark exceptions whose text holds the Python traceback;
@@ -12,6 +12,7 @@ caller as Spark exceptions whose text holds the Python traceback;
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 
 # Exit codes of the jobs and the CLI (argparse's own errors exit 2 too): Airflow retries 1, never 2.
@@ -62,6 +63,32 @@ class FieldMismatch(InputError):
     """An append whose fields differ from the version's."""
 
 
+class DatasetConfigError(InputError):
+    """A dataset config file that cannot be used: names the file and, per problem, the field and the rule."""
+
+    def __init__(self, path: "Path | str", problems: list[tuple[str | None, str]]) -> None:
+        self.path = Path(path)
+        self.problems = problems
+        lines = [f"field {name!r}: {rule}" if name else rule for name, rule in problems]
+        if len(lines) == 1:
+            super().__init__(f"{self.path}: {lines[0]}")
+        else:
+            listed = "\n".join(f"  {line}" for line in lines)
+            super().__init__(f"{self.path}: {len(lines)} problems:\n{listed}")
+
+
+class InvalidDatasetConfigs(InputError):
+    """Every unusable config of a folder, one per line (the others are usable)."""
+
+    def __init__(self, errors: list[DatasetConfigError]) -> None:
+        errors = sorted(errors, key=lambda error: str(error.path))
+        self.errors = errors
+        count = f"{len(errors)} dataset config{'s' if len(errors) != 1 else ''}"
+        super().__init__(
+            f"{count} cannot be used (every other dataset's DAG loads):\n" + "\n".join(str(e) for e in errors)
+        )
+
+
 class NestedDatasetRoot(InputError):
     """A dataset root (or a directory written to) inside another dataset's root or a version directory.
 
@@ -71,6 +98,10 @@ class NestedDatasetRoot(InputError):
 
     root: str | None = None
     enclosing: str | None = None
+
+
+class NotFound(WebDatasetError):
+    """A version or shard that the dataset does not have (the view answers 404)."""
 
 
 # -- shards that break the format -------------------------------------------
@@ -109,6 +140,10 @@ class BadPaxRecord(TarFormatError):
 
 
 # -- the versioning promise ------------------------------------------------
+
+
+class PipelineError(WebDatasetError):
+    """A step found the version unfit or the run's input bad; retrying will not help."""
 
 
 class VersionError(WebDatasetError):

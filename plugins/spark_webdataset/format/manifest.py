@@ -11,13 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MANIFEST_KIND = "spark-webdataset-manifest-v1"
-SHARD_PATTERN = "shard-{:06d}.tar"
-
-
-def shard_name(index: int) -> str:
-    return SHARD_PATTERN.format(index)
-
-
 @dataclass(frozen=True)
 class ShardEntry:
     name: str

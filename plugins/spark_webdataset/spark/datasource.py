@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import StructType
 
 from .options import WriteOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 class WebDatasetDataSource(DataSource):
@@ -40,3 +45,15 @@ class WebDatasetDataSource(DataSource):
         from .stream_writer import WebDatasetStreamWriter
 
         return WebDatasetStreamWriter(self.options, schema, overwrite, self.application_id)
+
+
+def register(spark: "SparkSession") -> None:
+    """Make `format("webdataset")` known to this SparkSession (once per session)."""
+    try:
+        application_id = spark.conf.get("spark.app.id")
+    except Exception:  # noqa: BLE001 - Spark Connect may not expose it; metadata only
+        application_id = None
+    # The writer runs in a separate process with no SparkContext: carry the
+    # application id (for the manifest's run section) on the registered class.
+    source = type("WebDatasetDataSource", (WebDatasetDataSource,), {"application_id": application_id})
+    spark.dataSource.register(source)

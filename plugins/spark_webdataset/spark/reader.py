@@ -21,7 +21,7 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 from ..errors import BadOption, InputError, ManifestChanged, TarFormatError
 from ..format.manifest import Manifest, ShardEntry
 from ..format.names import KEY_COLUMN
-from ..layout import Dataset, Version
+from ..dataset.layout import Dataset, Version
 from ..storage import storage_for
 from .options import parse_bool
 

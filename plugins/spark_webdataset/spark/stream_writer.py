@@ -20,7 +20,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter
 from pyspark.sql.types import StructType
 
 from ..errors import BadOption
-from .commit import StreamBatch, commit_job, journal_job
+from ..dataset.commit import StreamBatch, commit_job, journal_job
 from .options import StreamOptions
 from .writer import WebDatasetCommitMessage, WebDatasetWriter
 

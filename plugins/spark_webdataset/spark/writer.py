@@ -34,16 +34,15 @@ from pyspark.sql.types import (
 from ..errors import InvalidField
 from ..format.names import KEY_COLUMN, check_fields, field_name_error
 from ..format.shard_writer import ShardInfo
-from ..layout import WRITER_MARK, Version
+from ..dataset.layout import STAGED_KEYS_NAME, WRITER_MARK, Version, staged_shard_name
 from .options import WriteOptions
-from .staging import clean_dead_staging, remove_staging, write_lease
+from ..dataset.staging import clean_dead_staging, remove_staging, write_lease
 
 if TYPE_CHECKING:
-    from .commit import CommitRequest
+    from ..dataset.commit import CommitRequest
 
 log = logging.getLogger(__name__)
 
-KEYS_FILE = "keys.arrow"
 _ENCODABLE = (
     BinaryType,
     StringType,
@@ -115,8 +114,8 @@ class WebDatasetWriter(DataSourceArrowWriter):
         # Refuse before a byte is written; a commit that died half-way is finished first.
         version.check_writable()
         if version.storage.exists(version.journal_uri):
-            from ..commit_lock import CommitLock
-            from .commit import roll_forward
+            from ..dataset.lock import CommitLock
+            from ..dataset.commit import roll_forward
 
             with CommitLock(version, self.job_id, lease_seconds=options.commit_lease_seconds) as lock:
                 roll_forward(version, lock)
@@ -157,7 +156,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
         names = [f["name"] for f in self.fields]
         writer = ShardWriter(
             names,
-            lambda sequence: storage.open_write(storage.join(staging, f"{sequence:06d}.tar")),
+            lambda sequence: storage.open_write(storage.join(staging, staged_shard_name(sequence))),
             max_shard_bytes=self.options.max_shard_bytes,
             max_samples_per_shard=self.options.max_samples_per_shard,
             mtime=self.options.mtime,
@@ -175,7 +174,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
                 batches += 1
                 self._maybe_inject_fault(partition, attempt)
             shards = writer.close()
-            keys_path = storage.join(staging, KEYS_FILE)
+            keys_path = storage.join(staging, STAGED_KEYS_NAME)
             sorted_keys = keys.sorted()
             with storage.open_write(keys_path) as stream:
                 with pa.ipc.new_stream(stream, pa.schema([("key", pa.large_string())])) as ipc:
@@ -212,7 +211,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
 
     def commit_request(self, messages: List[Optional[WebDatasetCommitMessage]], stream=None) -> "CommitRequest":
         """The plain value the commit protocol takes (it knows nothing of Spark)."""
-        from .commit import CommitRequest
+        from ..dataset.commit import CommitRequest
 
         self._install_commit_faults()
         return CommitRequest(
@@ -246,14 +245,14 @@ class WebDatasetWriter(DataSourceArrowWriter):
             faults.install("commit:renamed", fault)
 
     def commit(self, messages: List[Optional[WebDatasetCommitMessage]]) -> None:
-        from .commit import commit_job
+        from ..dataset.commit import commit_job
 
         commit_job(self.commit_request(messages))
 
     def abort(self, messages: List[Optional[WebDatasetCommitMessage]]) -> None:
         # Sibling tasks may still be writing: sweep a few times; the next job
         # on this directory removes whatever lands after the last sweep.
-        from .commit import journal_job
+        from ..dataset.commit import journal_job
 
         if journal_job(self.version) == self.job_id:
             # Our commit was decided and failed half-way: its staged files finish it later.

@@ -44,11 +44,11 @@ from pydantic import (
     model_validator,
 )
 
-from .build_job import ORDERS
-from .errors import InputError, NestedDatasetRoot
-from .format.names import field_error, field_name_error
-from .format.sizes import parse_size
-from .layout import check_dataset_root
+from ..jobs.build import ORDERS
+from ..errors import DatasetConfigError, NestedDatasetRoot
+from ..format.names import field_error, field_name_error
+from ..format.sizes import parse_size
+from ..dataset.layout import check_dataset_root
 
 DAGS_FOLDER_ENV = "AIRFLOW__CORE__DAGS_FOLDER"
 DATASETS_ENV = "SPARK_WEBDATASET_DATASETS"
@@ -69,32 +69,6 @@ TASK_TIMEOUTS = {
 }
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 DURATION_RULE = "a duration above zero: seconds as a number, or e.g. 90s, 10m, 2h, 1h30m, 1d"
-
-
-class DatasetConfigError(InputError):
-    """A dataset config file that cannot be used: names the file and, per problem, the field and the rule."""
-
-    def __init__(self, path: Path | str, problems: list[tuple[str | None, str]]) -> None:
-        self.path = Path(path)
-        self.problems = problems
-        lines = [f"field {name!r}: {rule}" if name else rule for name, rule in problems]
-        if len(lines) == 1:
-            super().__init__(f"{self.path}: {lines[0]}")
-        else:
-            listed = "\n".join(f"  {line}" for line in lines)
-            super().__init__(f"{self.path}: {len(lines)} problems:\n{listed}")
-
-
-class InvalidDatasetConfigs(InputError):
-    """Every unusable config of a folder, one per line (the others are usable)."""
-
-    def __init__(self, errors: list[DatasetConfigError]) -> None:
-        errors = sorted(errors, key=lambda error: str(error.path))
-        self.errors = errors
-        count = f"{len(errors)} dataset config{'s' if len(errors) != 1 else ''}"
-        super().__init__(
-            f"{count} cannot be used (every other dataset's DAG loads):\n" + "\n".join(str(e) for e in errors)
-        )
 
 
 def deployment_folder(environ: Mapping[str, str] = os.environ) -> Path:

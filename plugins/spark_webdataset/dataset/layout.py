@@ -27,9 +27,9 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from .errors import InvalidVersionId, ManifestChanged, NestedDatasetRoot, NotCommitted, VersionSealed
-from .format.manifest import Manifest, shard_name
-from .storage import Storage, storage_for
+from ..errors import InputError, InvalidVersionId, ManifestChanged, NestedDatasetRoot, NotCommitted, VersionSealed
+from ..format.manifest import Manifest
+from ..storage import Storage, storage_for
 
 VERSIONS_DIR = "versions"
 PUBLISHED_DIR = "_published"
@@ -49,6 +49,46 @@ METADATA_FILES = frozenset(
     {MANIFEST_NAME, VALIDATION_NAME, SHARD_INDEX_NAME, SEAL_NAME, WRITER_MARK_NAME, COMMIT_LOCK_NAME, COMMIT_JOURNAL_NAME}
 )
 WRITER_MARK = b'{"__kind__": "spark-webdataset-directory-v1"}\n'
+SHARD_PATTERN = "shard-{:06d}.tar"  # contiguous: shard-{000000..000041}.tar works
+LEASE_NAME = "_lease.json"  # in _staging/<job>/: which driver owns the job's staging
+STAGED_SHARD_PATTERN = "{:06d}.tar"  # a task attempt's n-th shard, in its staging directory
+STAGED_KEYS_NAME = "keys.arrow"  # a task attempt's sorted key run, in its staging directory
+_SHARD_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,250}\.tar")
+
+
+def shard_name(index: int) -> str:
+    return SHARD_PATTERN.format(index)
+
+
+def is_shard_name(name: str) -> bool:
+    """A name our writer gives shards (files of other names in a version directory are not ours)."""
+    return name.startswith("shard-") and name.endswith(".tar")
+
+
+def staged_shard_name(sequence: int) -> str:
+    return STAGED_SHARD_PATTERN.format(sequence)
+
+
+def staged_key_run_name(serial: int) -> str:
+    """The merged key run a commit stages in its job's directory before naming it `key_run_path(serial)`."""
+    return f"keys-{serial:06d}.arrow"
+
+
+def key_run_path(serial: int) -> str:
+    """A version's key run, relative to the version directory (the manifest's `key_run`)."""
+    return f"{KEYS_DIR}/{serial:06d}.arrow"
+
+
+def key_run_serial(path: str) -> int:
+    """The serial of a key run, committed (`_keys/000003.arrow`) or staged (`keys-000003.arrow`)."""
+    return int(path.rsplit("/", 1)[-1].split(".")[0].removeprefix("keys-"))
+
+
+def check_shard_name(name: object) -> str:
+    """A plain file name of a tar in a version directory: no '/', no '..', no scheme (names from URLs)."""
+    if not isinstance(name, str) or not _SHARD_FILE.fullmatch(name) or ".." in name:
+        raise InputError(f"shard name {name!r} is not a shard file name ([A-Za-z0-9][A-Za-z0-9._-]*.tar, no '..')")
+    return name
 
 VERSION_ID_RULE = "[A-Za-z0-9][A-Za-z0-9._-]{0,127}, and no '..'"
 _VERSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")

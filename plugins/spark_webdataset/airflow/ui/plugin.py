@@ -1,6 +1,6 @@
 """Airflow plugin: the WebDataset view (datasets, versions, validation, sample previews) in the UI.
 
-Wiring only: the app lives in spark_webdataset.ui.app (unit-tested there).
+Wiring only: the app lives in spark_webdataset.airflow.ui.app (unit-tested there).
 Installed with the package, Airflow finds it through the `airflow.plugins` entry
 point (pyproject.toml), so no file is copied into a plugins folder. It is
 mounted in the api-server at /webdataset (pages; JSON under

@@ -18,10 +18,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Iterable
 
-from .commit_lock import DEFAULT_LEASE_SECONDS, CommitLock
-from .testing import faults
-from .errors import NotCommitted, PreconditionFailed, PublishRefused
-from .format.manifest import Manifest, ShardEntry
+from .lock import DEFAULT_LEASE_SECONDS, CommitLock
+from ..testing import faults
+from ..errors import NotCommitted, PreconditionFailed, PublishRefused
+from ..format.manifest import Manifest, ShardEntry
 from .layout import (
     MANIFEST_NAME,
     Dataset,

@@ -40,7 +40,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
 
-from ..commit_lock import DEFAULT_LEASE_SECONDS, CommitLock
+from .lock import DEFAULT_LEASE_SECONDS, CommitLock
 from ..errors import (
     ChecksumMismatch,
     ConcurrentCommit,
@@ -49,11 +49,19 @@ from ..errors import (
     LostCommitLock,
     NotCommitted,
     PreconditionFailed,
-    VersionSealed,
 )
 from ..format.keys import first_duplicate_in_blocks, merge_blocks
-from ..format.manifest import Manifest, ShardEntry, shard_name
-from ..layout import KEYS_DIR, Version, _normalized
+from ..format.manifest import Manifest, ShardEntry
+from .layout import (
+    Version,
+    _normalized,
+    is_shard_name,
+    key_run_path,
+    key_run_serial,
+    shard_name,
+    staged_key_run_name,
+    staged_shard_name,
+)
 from ..format.shard_writer import ShardInfo
 from ..testing import faults
 from .staging import remove_staging
@@ -65,7 +73,6 @@ log = logging.getLogger(__name__)
 JOURNAL_KIND = "spark-webdataset-commit-journal-v2"
 LEGACY_JOURNAL_KIND = "spark-webdataset-commit-journal-v1"  # no base digest: applied as before
 KEY_BLOCK = 1 << 14
-SHARD_PREFIX = "shard-"
 
 
 def read_key_run(version: Version, path: str) -> Iterator["pa.Array"]:
@@ -225,10 +232,6 @@ def _swap_manifest(version: Version, journal: Journal) -> None:
         raise ConcurrentCommit(f"{version.uri}: the manifest changed during the commit of job {journal.job_id}")
 
 
-def _is_shard_name(name: str) -> bool:
-    return name.startswith(SHARD_PREFIX) and name.endswith(".tar")
-
-
 def _sweep(version: Version, journal: Journal, lock: CommitLock) -> None:
     """Remove what the journal's manifest will not list: shards an overwrite replaces, leftovers of
     commits that never finished, key runs no longer needed. Each object goes only if it is still
@@ -239,7 +242,7 @@ def _sweep(version: Version, journal: Journal, lock: CommitLock) -> None:
     keep = manifest.key_run.rsplit("/", 1)[-1] if manifest.key_run else None
     lock.check()
     for directory, unlisted in (
-        (version.uri, lambda name: _is_shard_name(name) and name not in listed),
+        (version.uri, lambda name: is_shard_name(name) and name not in listed),
         (version.keys_uri, lambda name: name != keep),
     ):
         for name, identity in storage.identities(directory).items():
@@ -347,7 +350,7 @@ class StagedAttempt(Protocol):
     """What one successful task attempt staged (the Spark writer's commit message is one)."""
 
     partition: int
-    staging: str  # its directory; shard n is `{n:06d}.tar` in it
+    staging: str  # its directory; its shard n is `layout.staged_shard_name(n)` in it
     shards: list[ShardInfo]
     keys_path: str | None  # its sorted key run
     keys_ascending: bool
@@ -488,8 +491,8 @@ def _merge_keys(
         if message.keys_path:
             sources.append(message.keys_path)
             owners.append(f"partition {message.partition}")
-    serial = int(existing.key_run.rsplit("/", 1)[-1].split(".")[0]) + 1 if existing and existing.key_run else 0
-    staged = version.storage.join(request.staging_root, f"keys-{serial:06d}.arrow")
+    serial = key_run_serial(existing.key_run) + 1 if existing and existing.key_run else 0
+    staged = version.storage.join(request.staging_root, staged_key_run_name(serial))
     schema = pa.schema([("key", pa.large_string())])
     pending: list[pa.Array] = []
     buffered = 0
@@ -549,7 +552,7 @@ def _plan(
     for message in messages:
         for shard in message.shards:
             name = shard_name(len(kept) + len(entries))
-            renames.append((_relative(version, version.storage.join(message.staging, f"{shard.sequence:06d}.tar")), name))
+            renames.append((_relative(version, version.storage.join(message.staging, staged_shard_name(shard.sequence))), name))
             entries.append(
                 ShardEntry(
                     name=name,
@@ -562,7 +565,7 @@ def _plan(
                     keys_ascending=message.keys_ascending,
                 )
             )
-    key_run = f"{KEYS_DIR}/{staged_keys.rsplit('/', 1)[-1][len('keys-'):]}"
+    key_run = key_run_path(key_run_serial(staged_keys))
     renames.append((_relative(version, staged_keys), key_run))
     previous_run = dict(existing.run) if existing else {}
     streams = dict(previous_run.get(STREAMS_KEY, {}))

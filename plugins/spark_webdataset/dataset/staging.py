@@ -18,11 +18,10 @@ import os
 import socket
 import time
 
-from ..layout import Version
+from .layout import LEASE_NAME, Version
 
 log = logging.getLogger(__name__)
 
-LEASE_NAME = "_lease.json"
 STALE_STAGING_SECONDS = 24 * 3600.0
 ORPHAN_SECONDS = 600.0
 

@@ -6,8 +6,8 @@ counts/bytes/crc32c against the manifest (and sha256 where an older or
 checksum=sha256 manifest has it), missing and unlisted shards) and writes
 `_validation.json` next to the manifest, with each shard's crc32c and
 sha256 (publish puts the sha256 in the index). Shards are checked in
-a local process pool, or by a Spark job (one task per shard) for versions
-of thousands of shards. Keys are proven unique across the version by
+a local process pool, or by a Spark job (one task per shard, jobs/validate_spark.py)
+for versions of thousands of shards. Keys are proven unique across the version by
 merging sorted per-shard runs (pool) or by Spark's group-by (Spark).
 """
 
@@ -21,21 +21,24 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from tqdm import tqdm
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .format.keys import count_duplicates, merge_blocks
-from .format.manifest import Manifest
-from .format.verify import ShardReport, check_shard
+from ..format.keys import count_duplicates, merge_blocks
+from ..format.manifest import Manifest
+from ..format.verify import ShardReport, check_shard
 from .layout import MANIFEST_NAME, METADATA_FILES, Version
-from .storage import storage_for
+from ..storage import storage_for
 
 VALIDATION_KIND = "spark-webdataset-validation-v1"
 MAX_REPORTED_ERRORS = 100
+Duplicates = tuple[int, list[tuple[str, list[str]]]]  # keys seen twice, and the first of them with their shards
+# (version uri, [(shard, size, expected manifest entry)], required fields) -> (per-shard results, duplicates)
+ShardCheck = Callable[[str, list, Sequence[str]], tuple[list[dict], Duplicates]]
 RUN_SCHEMA = pa.schema([("key", pa.large_string())])
 RUN_BLOCK_KEYS = 1 << 16
 
@@ -101,7 +104,7 @@ class ValidationReport:
         return "\n".join(lines)
 
 
-def _check_shard(task: tuple[str, str, dict | None, list[str], str | None, int | None]) -> dict:
+def check_shard_task(task: tuple[str, str, dict | None, list[str], str | None, int | None]) -> dict:
     """One shard, in a worker process; its sorted keys go to `keys_path` as an Arrow stream.
 
     Whatever the shard holds, the answer is a result: a shard that cannot
@@ -164,11 +167,12 @@ def validate_version(
     uri: str,
     workers: int | None = None,
     require: Sequence[str] = (),
-    spark_master: str | None = None,
+    check: "ShardCheck | None" = None,
     write_report: bool = True,
     progress: bool = False,
 ) -> ValidationReport:
-    """Validate the version directory `uri`; write `_validation.json` unless told not to."""
+    """Validate the version directory `uri`; write `_validation.json` unless told not to.
+    `check` checks the shards elsewhere (jobs.validate_spark: a Spark job); default: a local pool."""
     started = time.monotonic()
     version = Version.at(uri)
     uri = version.uri
@@ -188,8 +192,8 @@ def validate_version(
             report.add_error("unexpected file in the version directory", name)
     required = required_fields(manifest, require)
     tasks = list(_tasks(uri, manifest, present, required, report))
-    if spark_master:
-        results, duplicates = _check_with_spark(uri, tasks, required, spark_master)
+    if check is not None:
+        results, duplicates = check(uri, tasks, required)
     else:
         results, duplicates = _check_with_pool(uri, tasks, required, workers, progress)
     for result in results:
@@ -224,37 +228,14 @@ def _check_with_pool(uri, tasks, required, workers, progress):
         workers = workers or os.cpu_count() or 1
         bar = tqdm(total=len(jobs), unit="shard", desc="validate", disable=not progress)
         if workers == 1 or len(jobs) <= 1:
-            results = [_check_shard(job) for job in jobs]
+            results = [check_shard_task(job) for job in jobs]
             bar.update(len(jobs))
         else:
             with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
                 results = []
-                for result in pool.map(_check_shard, jobs):
+                for result in pool.map(check_shard_task, jobs):
                     results.append(result)
                     bar.update(1)
         bar.close()
         count, found = count_duplicates(merge_blocks(_read_run(run) for run in runs), MAX_REPORTED_ERRORS)
     return results, (count, [(key, [names[first], names[second]]) for key, first, second in found])
-
-
-def _check_with_spark(uri, tasks, required, master):
-    """One Spark task per shard; Spark's group-by proves keys unique at any scale."""
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
-
-    spark = SparkSession.builder.master(master).appName("validate_webdataset").getOrCreate()
-    jobs = [(uri, name, expected, list(required), None, size) for name, size, expected in tasks]
-    checked = spark.sparkContext.parallelize(jobs, max(1, len(jobs))).map(_check_shard).cache()
-    results = checked.map(lambda r: {k: v for k, v in r.items() if k != "keys"}).collect()
-    keys = checked.flatMap(lambda r: ((key, r["name"]) for key in r["keys"])).toDF(["key", "shard"])
-    grouped = (
-        keys.groupBy("key")
-        .agg(F.count("*").alias("n"), F.sort_array(F.collect_set("shard")).alias("shards"))
-        .where("n > 1")
-        .cache()
-    )
-    count = int(grouped.agg(F.sum(F.col("n") - 1)).first()[0] or 0)
-    repeated = grouped.orderBy("key").limit(MAX_REPORTED_ERRORS).collect()
-    grouped.unpersist()
-    checked.unpersist()
-    return results, (count, [(row["key"], list(row["shards"])) for row in repeated])

@@ -4,7 +4,7 @@
         --output data/datasets/digits --version 2026-12-01 \\
         --key "format_string('%05d', id)" --field png=image --field cls=label
 
-(installed, no checkout: `spark-submit "$(python -m spark_webdataset.entry build_webdataset.py)" ...`)
+(installed, no checkout: `spark-submit "$(python -m spark_webdataset.jobs.entry build_webdataset.py)" ...`)
 
 It sizes the partitions from the data (exact tar bytes, counted in one
 aggregate pass) so that each partition fills about one shard, orders the
@@ -23,11 +23,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from .errors import EXIT_BAD_INPUT, EXIT_FAILED, BadOption, InputError, WebDatasetError, from_spark
-from .format.manifest import Manifest
-from .format.names import KEY_COLUMN
-from .format.sizes import format_size, parse_size
-from .layout import Dataset, check_dataset_root, check_version_id
+from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, BadOption, InputError, WebDatasetError, from_spark
+from ..format.manifest import Manifest
+from ..format.names import KEY_COLUMN
+from ..format.sizes import format_size, parse_size
+from ..dataset.layout import Dataset, check_dataset_root, check_version_id
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -160,9 +160,9 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
     """Run the job; return the summary. Raises WebDatasetError on bad input."""
     from pyspark.sql import functions as F
 
-    import spark_webdataset
+    from ..spark.datasource import register
 
-    spark_webdataset.register(spark)
+    register(spark)
     max_shard_bytes = parse_size_option(args.max_shard_bytes, "--max-shard-bytes")
     version = Dataset(args.output).version(args.version)
     target = version.uri

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from jinja2 import DictLoader, Environment, select_autoescape
 
-from ..format.sizes import format_size
+from ...format.sizes import format_size
 
 _BASE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{% block title %}WebDataset{% endblock %}</title>

@@ -12,18 +12,15 @@ from __future__ import annotations
 import datetime
 from typing import Any, Mapping, Sequence
 
-from .errors import InputError, NestedDatasetRoot, VersionError, WebDatasetError
-from .format.sizes import format_size
-from .layout import Dataset, check_dataset_root, check_version_id, iso_utc
-from .publish import publish
-from .validate import validate_version
+from ..errors import InputError, NestedDatasetRoot, PipelineError, VersionError
+from ..format.sizes import format_size
+from ..dataset.layout import Dataset, check_dataset_root, check_version_id, iso_utc
+from ..dataset.publish import publish
+from ..dataset.validate import validate_version
+from ..jobs.validate_spark import spark_check
 
 VERSION_FORMAT = "%Y%m%dT%H%M%SZ"
 ROOT_PARAM = "output_root"  # no longer a Param; a run conf that still names it must name the config's root
-
-
-class PipelineError(WebDatasetError):
-    """A step found the version unfit or the run's input bad; retrying will not help."""
 
 
 def version_id(logical_date: datetime.datetime | None, run_after: datetime.datetime | None, override: str | None = None) -> str:
@@ -134,7 +131,8 @@ def validate_step(
             "bytes": previous.get("bytes"),
             "seconds": 0.0,
         }
-    report = validate_version(version_uri, require=required_fields, spark_master=spark_master)
+    check = spark_check(spark_master) if spark_master else None
+    report = validate_version(version_uri, require=required_fields, check=check)
     print(report.summary(), flush=True)
     if not report.ok:
         raise PipelineError(report.summary())

@@ -22,7 +22,7 @@ import os
 import shutil
 from typing import Mapping
 
-from .layout import Dataset
+from ..dataset.layout import Dataset
 
 _COPY_CHUNK_BYTES = 1 << 20
 
@@ -30,7 +30,7 @@ _COPY_CHUNK_BYTES = 1 << 20
 def _download_through_storage(remote: str, local: str) -> None:
     """wids' download handler for gs://: the object, read through our Storage, into wids' cache
     file `local`, whole or not at all (a failed copy leaves no partial file wids would reuse)."""
-    from .storage import storage_for
+    from ..storage import storage_for
 
     partial = f"{local}.{os.getpid()}.part"
     try:

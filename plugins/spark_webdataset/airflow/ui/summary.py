@@ -10,26 +10,13 @@ a path: a shard's first or last key that breaks a key rule is marked
 from __future__ import annotations
 
 import datetime
-import re
 
-from ..errors import InputError, NotCommitted, WebDatasetError
-from ..format.manifest import Manifest
-from ..format.names import key_error
-from ..layout import PUBLISHED_DIR, Dataset, Version, check_version_id, iso_utc
-from ..publish import record_order, version_order
+from ...errors import NotCommitted, NotFound
+from ...format.manifest import Manifest
+from ...format.names import key_error
+from ...dataset.layout import PUBLISHED_DIR, Dataset, Version, check_shard_name, check_version_id, iso_utc
+from ...dataset.publish import record_order, version_order
 
-_SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,250}\.tar")
-
-
-class NotFound(WebDatasetError):
-    """A version or shard that the dataset does not have."""
-
-
-def check_shard_name(name: object) -> str:
-    """A plain file name of a tar in the version directory: no '/', no '..', no scheme."""
-    if not isinstance(name, str) or not _SHARD_NAME.fullmatch(name) or ".." in name:
-        raise InputError(f"shard name {name!r} is not a shard file name ([A-Za-z0-9][A-Za-z0-9._-]*.tar, no '..')")
-    return name
 
 
 def key_range_problem(first_key: object, last_key: object) -> str | None:

@@ -2,7 +2,7 @@
 
 `build_dags()` loads the datasets folder (`dataset_config`) and builds
 `webdataset__<name>` for every usable config: `plan` >> `write_shards`
-(spark-submit of the packaged `spark_webdataset/entry/build_webdataset.py`)
+(spark-submit of the packaged `spark_webdataset/jobs/entry/build_webdataset.py`)
 >> `validate` >> `publish`
 (outlet: the Asset `webdataset_<name>` of the dataset's root).
 
@@ -33,12 +33,13 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Asset, Param, task
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from .build_job import ORDERS
-from .dataset_config import DatasetConfig, DatasetConfigError, InvalidDatasetConfigs, load_folder
-from .errors import EXIT_BAD_INPUT
-from .layout import VERSION_ID_RULE
-from .entry import BUILD_WEBDATASET, script
-from .pipeline import PipelineError
+from ..jobs.build import ORDERS
+from ..errors import DatasetConfigError, InvalidDatasetConfigs
+from .configs import DatasetConfig, load_folder
+from ..errors import EXIT_BAD_INPUT
+from ..dataset.layout import VERSION_ID_RULE
+from ..jobs.entry import BUILD_WEBDATASET, script
+from ..errors import PipelineError
 
 RETRY_DELAY = datetime.timedelta(minutes=1)
 
@@ -165,7 +166,7 @@ def build_dag(config: DatasetConfig, doc_md: str = "") -> DAG:
 
         @task(execution_timeout=timeouts["plan"])
         def plan(params=None, dag_run=None) -> dict:
-            from spark_webdataset.pipeline import plan_run
+            from spark_webdataset.airflow.pipeline import plan_run
 
             conf = getattr(dag_run, "conf", None)  # as given: checked even where it does not override Params
             with fail_without_retry():
@@ -188,7 +189,7 @@ def build_dag(config: DatasetConfig, doc_md: str = "") -> DAG:
 
         @task(execution_timeout=timeouts["validate"])
         def validate(planned: dict) -> dict:
-            from spark_webdataset.pipeline import validate_step
+            from spark_webdataset.airflow.pipeline import validate_step
 
             with fail_without_retry():
                 return validate_step(
@@ -201,7 +202,7 @@ def build_dag(config: DatasetConfig, doc_md: str = "") -> DAG:
 
         @task(outlets=[asset], execution_timeout=timeouts["publish"])
         def publish(planned: dict, validated: dict, outlet_events=None) -> dict:
-            from spark_webdataset.pipeline import publish_step
+            from spark_webdataset.airflow.pipeline import publish_step
 
             with fail_without_retry():
                 result = publish_step(root, planned["version"], planned.get("logical_date"))

@@ -23,11 +23,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
-from ..errors import StorageError, TarFormatError
-from ..format.names import key_error, split_member_name
-from ..format.sample_reader import iter_members
-from ..format.ustar import BLOCK
-from ..layout import Version
+from ...errors import StorageError, TarFormatError
+from ...format.names import key_error, split_member_name
+from ...format.sample_reader import iter_members
+from ...format.ustar import BLOCK
+from ...dataset.layout import Version
 
 IMAGE_TYPES = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "webp": "image/webp", "gif": "image/gif"}
 TEXT_FIELDS = {"txt", "text", "cls", "cls2", "json", "jsn", "caption", "index", "id"}

@@ -22,7 +22,7 @@ import os
 import socket
 import time
 
-from .errors import ConcurrentCommit, LostCommitLock, PreconditionFailed
+from ..errors import ConcurrentCommit, LostCommitLock, PreconditionFailed
 from .layout import Version
 
 log = logging.getLogger(__name__)

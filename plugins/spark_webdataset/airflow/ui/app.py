@@ -17,11 +17,11 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from ..dataset_config import datasets_folder
-from ..errors import InputError
-from ..layout import Dataset, Version
+from ..configs import datasets_folder
+from ...errors import InputError
+from ...dataset.layout import Dataset, Version
 from . import pages, preview as previews, sources, summary
-from .summary import NotFound
+from ...errors import NotFound
 
 DEFAULT_PREVIEW = 16
 

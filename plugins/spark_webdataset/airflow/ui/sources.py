@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..dataset_config import datasets_folder, load_folder
+from ..configs import datasets_folder, load_folder
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""The versioning promise: layout, lock, commit protocol, validate, publish, catalog (no Spark, no Airflow)."""
