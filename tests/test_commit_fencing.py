@@ -211,3 +211,74 @@ def test_lost_lock_is_a_concurrent_commit(tmp_path) -> None:
             holder.check()
     assert isinstance(caught.value, ConcurrentCommit)
     assert not isinstance(caught.value, VersionSealed)
+
+
+# -- each fence on its own: a committer that passed its lease check and froze right before its
+# next write (the gap the lease check cannot close), made deterministic with a fault point --
+
+
+def test_a_late_rename_never_replaces_a_committed_shard(tmp_path) -> None:
+    from spark_webdataset.errors import PreconditionFailed
+    from spark_webdataset.storage.local import LocalStorage
+
+    storage = LocalStorage()
+    committed, late = tmp_path / "shard-000006.tar", tmp_path / "late.tar"
+    committed.write_bytes(b"another writer's committed shard")
+    late.write_bytes(b"a stale committer's shard")
+    with pytest.raises(PreconditionFailed):
+        storage.rename_new(str(late), str(committed))
+    assert committed.read_bytes() == b"another writer's committed shard" and late.exists()
+
+
+def test_a_late_delete_never_removes_the_object_that_took_the_name(tmp_path) -> None:
+    from spark_webdataset.storage.local import LocalStorage
+
+    storage = LocalStorage()
+    path = tmp_path / "shard-000003.tar"
+    path.write_bytes(b"a leftover")
+    listed = storage.identities(str(tmp_path))["shard-000003.tar"]
+    path.unlink()  # the leftover went (another committer's sweep), and a new commit named its shard
+    path.write_bytes(b"a committed shard that took the name")
+    assert storage.delete_if_identity(str(path), listed) is False
+    assert path.read_bytes() == b"a committed shard that took the name"
+    assert storage.delete_if_identity(str(path), storage.identities(str(tmp_path))["shard-000003.tar"])
+
+
+def test_a_taken_journal_slot_is_never_overwritten(tmp_path) -> None:
+    """Another committer claimed the slot between our lease check and our claim: we back off."""
+    from spark_webdataset.errors import ConcurrentCommit
+
+    version = Dataset(str(tmp_path / "ds")).version("v1")
+    commit_samples(version.uri, "p", 20)
+    from spark_webdataset.dataset.commit import Journal
+
+    theirs = Journal("theirs", False, [], version.storage.read_bytes(version.manifest_uri)).to_json()
+    faults.install("commit:planned", lambda: version.storage.write_atomic(version.journal_uri, theirs))
+    try:
+        with pytest.raises(ConcurrentCommit, match="theirs"):
+            commit_samples(version.uri, "a", 10)
+    finally:
+        faults.clear()
+    assert version.storage.read_bytes(version.journal_uri) == theirs
+    assert sorted(keys_in_tars(version)) == sorted(keys("p", 20))
+
+
+def test_roll_forward_never_overwrites_a_manifest_that_moved(tmp_path) -> None:
+    """Finishing another's journal, the manifest changes between our last read and our swap: the
+    swap is a compare-and-swap, so the other manifest stays and the roll forward fails."""
+    from spark_webdataset.errors import ConcurrentCommit
+
+    version = Dataset(str(tmp_path / "ds")).version("v1")
+    commit_samples(version.uri, "p", 20)
+    stalled = start_frozen(version.uri, "a", 10, "commit:journal-written")  # decided, then frozen
+    moved = version.read_manifest()
+    moved.run["moved"] = True  # what a committer that froze between its check and its swap would write
+    faults.install("commit:swapping", lambda: version.storage.write_atomic(version.manifest_uri, moved.to_json()))
+    try:
+        with pytest.raises(ConcurrentCommit):
+            commit_samples(version.uri, "b", 10)  # takes the lock over, finishes A's journal first
+    finally:
+        faults.clear()
+        stalled.kill()
+        stalled.wait()
+    assert version.read_manifest() == moved

@@ -218,6 +218,7 @@ def _swap_manifest(version: Version, journal: Journal) -> None:
     current, token = version.read_manifest_bytes()
     state = journal_state(journal, current)
     if state is JournalState.PENDING:
+        faults.point("commit:swapping")  # a test moves the manifest here: the swap below must lose
         if current is None:
             try:
                 storage.create_only(version.manifest_uri, journal.manifest)

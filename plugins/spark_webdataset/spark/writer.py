@@ -231,7 +231,6 @@ class WebDatasetWriter(DataSourceArrowWriter):
         at the commit's fault points, in the driver's process that runs the commit."""
         from ..testing import faults
 
-        faults.clear()  # a reused worker: nothing left from an earlier job
         if self.options.test_commit_delay:
             faults.install("commit:manifest-read", f"sleep:{self.options.test_commit_delay}")
         if self.options.test_commit_pause or self.options.test_fault == "exit:commit":
