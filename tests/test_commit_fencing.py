@@ -31,7 +31,7 @@ from spark_webdataset.testing import faults
 from spark_webdataset.dataset.validate import validate_version
 
 HERE = Path(__file__).resolve().parent
-LEASE = 2.0  # seconds: A's lease runs out while it is stopped, B waits for that and takes over
+LEASE = 1.0  # seconds: A's lease runs out while it is stopped, B waits for that and takes over
 
 
 def start_frozen(uri: str, prefix: str, count: int, step: str) -> subprocess.Popen:
