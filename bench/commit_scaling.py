@@ -37,9 +37,10 @@ import pyarrow.compute as pc  # noqa: E402
 from spark_webdataset.format.checksums import crc32c_extend, crc32c_text  # noqa: E402
 from spark_webdataset.format.keys import first_duplicate_in_blocks, merge_blocks  # noqa: E402
 from spark_webdataset.format.shard_writer import ShardInfo  # noqa: E402
-from spark_webdataset.spark import commit as commit_module  # noqa: E402
+from spark_webdataset.dataset import commit as commit_module  # noqa: E402
 from spark_webdataset.spark.options import WriteOptions  # noqa: E402
-from spark_webdataset.spark.writer import KEYS_FILE, WebDatasetCommitMessage, WebDatasetWriter  # noqa: E402
+from spark_webdataset.dataset.layout import STAGED_KEYS_NAME  # noqa: E402
+from spark_webdataset.spark.writer import WebDatasetCommitMessage, WebDatasetWriter  # noqa: E402
 
 BUCKET = "bench-commit"
 SHARD_BYTES = 1024
@@ -68,7 +69,7 @@ def stage(uri: str, shards: int, threads: int) -> tuple[WebDatasetWriter, list[W
         keys = [f"{partition:06d}-{i:04d}" for i in range(KEYS_PER_SHARD)]
         data = partition.to_bytes(4, "big") * (SHARD_BYTES // 4)  # distinct bytes, so distinct crc32c
         storage.write_atomic(storage.join(staging, "000000.tar"), data)
-        keys_path = storage.join(staging, KEYS_FILE)
+        keys_path = storage.join(staging, STAGED_KEYS_NAME)
         storage.write_atomic(keys_path, key_run_bytes(keys))
         info = ShardInfo(0, KEYS_PER_SHARD, len(data), crc32c_text(crc32c_extend(0, data)), keys[0], keys[-1])
         return WebDatasetCommitMessage(partition, 0, partition, staging, [info], keys_path, True)

@@ -66,7 +66,8 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from spark_webdataset.format.encode import encode_column  # noqa: E402
-from spark_webdataset.format.manifest import Manifest, ShardEntry, shard_name  # noqa: E402
+from spark_webdataset.dataset.layout import shard_name  # noqa: E402
+from spark_webdataset.format.manifest import Manifest, ShardEntry  # noqa: E402
 from spark_webdataset.dataset.layout import MANIFEST_NAME  # noqa: E402
 from spark_webdataset.format.shard_writer import ShardWriter  # noqa: E402
 from spark_webdataset.format.verify import verify_shard  # noqa: E402
@@ -109,18 +110,7 @@ def build_version(directory: Path, samples: int, payload: int, shards: int, seed
         writer.write_batch(keys, [encode_column(binary, "bin"), encode_column(cls, "cls")])
     infos = writer.close()
     manifest = Manifest(
-        shards=[
-            ShardEntry(
-                name=shard_name(info.sequence),
-                samples=info.samples,
-                bytes=info.bytes,
-                crc32c=info.crc32c,
-                sha256=info.sha256,
-                first_key=info.first_key,
-                last_key=info.last_key,
-            )
-            for info in infos
-        ],
+        shards=[ShardEntry.written(info, shard_name(info.sequence)) for info in infos],
         fields=[
             {"name": "bin", "type": "binary", "nullable": False},
             {"name": "cls", "type": "bigint", "nullable": False},

@@ -554,18 +554,7 @@ def _plan(
         for shard in message.shards:
             name = shard_name(len(kept) + len(entries))
             renames.append((_relative(version, version.storage.join(message.staging, staged_shard_name(shard.sequence))), name))
-            entries.append(
-                ShardEntry(
-                    name=name,
-                    samples=shard.samples,
-                    bytes=shard.bytes,
-                    crc32c=shard.crc32c,
-                    sha256=shard.sha256,
-                    first_key=shard.first_key,
-                    last_key=shard.last_key,
-                    keys_ascending=message.keys_ascending,
-                )
-            )
+            entries.append(ShardEntry.written(shard, name, message.keys_ascending))
     key_run = key_run_path(key_run_serial(staged_keys))
     renames.append((_relative(version, staged_keys), key_run))
     previous_run = dict(existing.run) if existing else {}

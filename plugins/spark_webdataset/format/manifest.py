@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .shard_writer import ShardInfo
 
 MANIFEST_KIND = "spark-webdataset-manifest-v1"
 @dataclass(frozen=True)
@@ -25,6 +28,20 @@ class ShardEntry:
     # True when the task that wrote the shard got its keys in ascending order (a key-sorted
     # write): every key of the shard lies between first_key and last_key, so readers can prune.
     keys_ascending: bool = False
+
+    @classmethod
+    def written(cls, info: "ShardInfo", name: str, keys_ascending: bool = False) -> "ShardEntry":
+        """The entry of a shard the writer finished (`info`), under its final `name`."""
+        return cls(
+            name=name,
+            samples=info.samples,
+            bytes=info.bytes,
+            crc32c=info.crc32c,
+            sha256=info.sha256,
+            first_key=info.first_key,
+            last_key=info.last_key,
+            keys_ascending=keys_ascending,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest's shard entry; a checksum the writer did not compute is left out."""
