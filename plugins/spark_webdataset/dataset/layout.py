@@ -246,6 +246,33 @@ def iso_utc(moment: datetime.datetime) -> str:
     return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def natural_order(version: str) -> tuple:
+    """Digits compare as numbers, so v10 follows v9."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.findall(r"\d+|\D+", version))
+
+
+def version_order(version: str) -> tuple:
+    """Order of version ids by the timestamp they spell (ids without one sort first), then naturally."""
+    moment = timestamp_in_id(version)
+    return (iso_utc(moment) if moment else "", natural_order(version))
+
+
+def record_order(version: str, record: dict | None) -> tuple:
+    """Where a published version stands for LATEST: (logical date, version id in natural order).
+    The logical date is its publish record's, else the timestamp its id spells, else when it was published."""
+    logical = (record or {}).get("logical_date")
+    if not logical:
+        moment = timestamp_in_id(version)
+        logical = iso_utc(moment) if moment else (record or {}).get("published_at", "")
+    return str(logical), natural_order(version)
+
+
+def version_sort_key(version: str, record: dict | None) -> tuple:
+    """The one order of a root's versions (oldest first): a published version by `record_order`,
+    any other by `version_order` (the timestamp its id spells)."""
+    return record_order(version, record) if record is not None else version_order(version)
+
+
 def parse_logical_date(text: str) -> datetime.datetime:
     """An ISO-8601 date or date-time (naive means UTC)."""
     try:

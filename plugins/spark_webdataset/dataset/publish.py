@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import re
 import uuid
 from dataclasses import dataclass
 from typing import Iterable
@@ -28,8 +27,11 @@ from .layout import (
     Version,
     check_dataset_root,
     iso_utc,
+    natural_order,  # noqa: F401 - the order of versions lives in layout; importable from here as before
     parse_logical_date,
+    record_order,
     timestamp_in_id,
+    version_order,  # noqa: F401
 )
 
 RECORD_KIND = "spark-webdataset-published-v1"
@@ -49,26 +51,6 @@ class PublishResult:
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
-
-
-def natural_order(version: str) -> tuple:
-    """Digits compare as numbers, so v10 follows v9."""
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.findall(r"\d+|\D+", version))
-
-
-def record_order(version: str, record: dict | None) -> tuple:
-    """Where a published version stands for LATEST: (logical date, version id in natural order)."""
-    logical = (record or {}).get("logical_date")
-    if not logical:
-        moment = timestamp_in_id(version)
-        logical = iso_utc(moment) if moment else (record or {}).get("published_at", "")
-    return str(logical), natural_order(version)
-
-
-def version_order(version: str) -> tuple:
-    """Order of version ids by the timestamp they spell (ids without one sort first), then naturally."""
-    moment = timestamp_in_id(version)
-    return (iso_utc(moment) if moment else "", natural_order(version))
 
 
 def _index_entry(shard: ShardEntry, checked: dict | None) -> dict:
