@@ -242,7 +242,13 @@ def test_describe_gives_each_versions_state_counts_and_latest(root: Path) -> Non
     ) == (False, True, 3)
     assert by_id["v20261103"]["validated"] is False
     assert (by_id["mid-commit"]["state"], by_id["mid-commit"]["samples"]) == ("not committed", None)
-    assert (by_id["foreign"]["state"], by_id["foreign"]["validated"]) == ("no manifest", None)
+    assert (by_id["foreign"]["state"], by_id["foreign"]["validated"]) == ("foreign", None)
+    assert {v: by_id[v]["state"] for v in ("v20261101", "v20261102", "v20261103")} == {
+        "v20261101": "latest",
+        "v20261102": "valid",
+        "v20261103": "invalid",
+    }
+    assert by_id["v20261102"]["logical_date"] == "2026-11-02T00:00:00Z"  # unpublished: the date its id spells
 
 
 def test_inspect_prints_one_line_a_version_marking_latest(root: Path, capsys) -> None:
@@ -251,10 +257,11 @@ def test_inspect_prints_one_line_a_version_marking_latest(root: Path, capsys) ->
     assert lines[0] == f"{root}  LATEST=v20261101"
     line = {row.split()[1] if row.startswith(" *") else row.split()[0]: row for row in lines[1:]}
     assert line["v20261101"].startswith(" * v20261101") and "2026-11-01T00:00:00Z" in line["v20261101"]
-    assert line["v20261101"].rstrip().endswith("published, valid") and "12 samples" in line["v20261101"]
-    assert line["v20261102"].rstrip().endswith("unpublished, valid")
-    assert line["v20261103"].rstrip().endswith("unpublished, INVALID")
-    assert "not committed" in line["mid-commit"] and "no manifest" in line["foreign"]
+    assert line["v20261101"].rstrip().endswith("latest") and "12 samples" in line["v20261101"]
+    assert line["v20261102"].rstrip().endswith("valid")
+    errors = {v["version"]: v["validation_errors"] for v in describe(str(root))["versions"]}["v20261103"]
+    assert errors and line["v20261103"].rstrip().endswith(f" invalid ({errors} errors)")
+    assert line["mid-commit"].rstrip().endswith("not committed") and line["foreign"].rstrip().endswith("foreign")
     assert format_description(describe(str(root))).splitlines() == lines
 
 

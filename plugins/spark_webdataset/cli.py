@@ -60,10 +60,10 @@ def _latest(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from .dataset.catalog import describe, format_description
+    from .dataset.catalog import describe_root, format_description
 
-    description = describe(args.root)
-    print(json.dumps(description, indent=1) if args.json else format_description(description))
+    description = describe_root(args.root)
+    print(json.dumps(description.as_dict(), indent=1) if args.json else format_description(description))
     return 0
 
 
