@@ -96,8 +96,8 @@ def test_versions_newest_first_with_their_state_and_paged(world) -> None:
     states = [(v["version"], v["state"]) for v in body["versions"]]
     assert states == [
         ("20261203T000000Z", "invalid"),
-        ("20261202T000000Z", "written"),
-        ("20261201T000000Z", "LATEST"),
+        ("20261202T000000Z", "committed"),
+        ("20261201T000000Z", "latest"),
         ("20261130T000000Z", "published"),
     ]
     latest = body["versions"][2]
@@ -110,7 +110,7 @@ def test_versions_newest_first_with_their_state_and_paged(world) -> None:
 
 def test_a_version_shows_its_shards_and_publish_record(world) -> None:
     detail = world["client"].get("/api/datasets/digits/versions/LATEST").json()
-    assert detail["version"] == "20261201T000000Z" and detail["state"] == "LATEST"
+    assert detail["version"] == "20261201T000000Z" and detail["state"] == "latest"
     assert detail["validation"]["ok"] and detail["publish_record"]["manifest_sha256"]
     first = detail["shards"][0]
     assert first["name"] == "shard-000000.tar" and first["crc32c"] and first["first_key"] <= first["last_key"]
@@ -125,7 +125,7 @@ def test_a_failed_validation_shows_its_first_error(world) -> None:
     first = detail["validation"]["errors"][0]
     assert first["shard"] == "shard-000001.tar" and first["error"]
     page = world["client"].get("/datasets/digits/versions/20261203T000000Z")
-    assert page.status_code == 200 and "INVALID" in page.text and "shard-000001.tar" in page.text
+    assert page.status_code == 200 and ">invalid<" in page.text and "shard-000001.tar" in page.text
 
 
 def test_the_digits_preview_returns_16_png_images_and_their_labels(world) -> None:

@@ -15,7 +15,8 @@ _BASE = """<!doctype html>
  th{background:#f3f5f7} .num{text-align:right;font-variant-numeric:tabular-nums}
  .error{color:#b42318} .ok{color:#1a7f37} .muted{color:#667085} code{font-size:.85rem}
  .state{padding:.05rem .4rem;border-radius:.6rem;background:#eef1f4;font-size:.8rem}
- .state-LATEST{background:#1a7f37;color:#fff} .state-published{background:#cce8d4} .state-invalid{background:#fbd5d0}
+ .state-latest{background:#1a7f37;color:#fff} .state-published{background:#cce8d4} .state-sealed{background:#e3ecf9}
+ .state-invalid,.state-error{background:#fbd5d0} .state-not-committed{background:#fdf0c4}
  .samples{display:flex;flex-wrap:wrap;gap:.6rem} .sample{border:1px solid #d0d7de;border-radius:.4rem;padding:.4rem;max-width:16rem;font-size:.8rem}
  .sample img{image-rendering:pixelated;width:64px;height:auto;display:block;margin:.2rem 0;background:#000}
  nav a{margin-right:.6rem}
@@ -44,7 +45,7 @@ _VERSIONS = """{% extends "base" %}{% block title %}{{ name }} - WebDataset{% en
 {% for r in v.versions %}<tr class="version" data-version="{{ r.version }}">
  <td><a href="{{ base }}/datasets/{{ name|urlencode }}/versions/{{ r.version|urlencode }}">{{ r.version }}</a></td>
  {% if r.error %}<td colspan="7" class="error">{{ r.error }}</td>{% else %}
- <td>{{ r.logical_date or "" }}</td><td><span class="state state-{{ r.state }}">{{ r.state }}</span>{% if r.validated is false %} <span class="error">({{ r.validation_errors }} errors)</span>{% endif %}</td>
+ <td>{{ r.logical_date or "" }}</td><td><span class="state state-{{ r.state|replace(' ', '-') }}">{{ r.state }}</span>{% if r.validated is false %} <span class="error">({{ r.validation_errors }} errors)</span>{% endif %}</td>
  <td class="num">{{ r.shards if r.shards is not none else "" }}</td><td class="num">{{ r.samples if r.samples is not none else "" }}</td>
  <td class="num">{{ size(r.bytes) if r.bytes is not none else "" }}</td><td>{{ r.validated_at or "" }}</td><td>{{ r.published_at or "" }}</td>{% endif %}
 </tr>{% endfor %}</table>
@@ -56,13 +57,13 @@ _VERSIONS = """{% extends "base" %}{% block title %}{{ name }} - WebDataset{% en
 _VERSION = """{% extends "base" %}{% block title %}{{ name }} {{ v.version }} - WebDataset{% endblock %}
 {% block crumbs %} / <a href="{{ base }}/datasets/{{ name|urlencode }}">{{ name }}</a> / {{ v.version }}{% endblock %}{% block body %}
 {% set vbase = base ~ "/datasets/" ~ (name|urlencode) ~ "/versions/" ~ (v.version|urlencode) %}
-<h1>{{ name }} / {{ v.version }} <span class="state state-{{ v.state }}">{{ v.state }}</span></h1>
-<p><code>{{ v.uri }}</code>{% if v.samples is not none %}: {{ v.samples }} samples, {{ size(v.bytes) }} in {{ v.shards|length }} shards{% else %}: <span class="error">not committed</span>{% endif %}.
+<h1>{{ name }} / {{ v.version }} <span class="state state-{{ v.state|replace(' ', '-') }}">{{ v.state }}</span></h1>
+<p><code>{{ v.uri }}</code>{% if v.samples is not none %}: {{ v.samples }} samples, {{ size(v.bytes) }} in {{ v.shards|length }} shards{% else %}: <span class="error">{{ v.state }}</span>{% endif %}.
 Fields: {% for f in v.fields %}<code>{{ f.name }}</code> ({{ f.type }}){% if not loop.last %}, {% endif %}{% endfor %}</p>
 
 <h2>Validation</h2>
 {% if v.validation is none %}<p class="muted">Not validated.</p>
-{% else %}<p id="validation" class="{{ 'ok' if v.validation.ok else 'error' }}">{{ "valid" if v.validation.ok else "INVALID" }}, checked at {{ v.validation.checked_at }}{% if not v.validation.ok %}: {{ v.validation.error_count }} error(s){% endif %}.</p>
+{% else %}<p id="validation" class="{{ 'ok' if v.validation.ok else 'error' }}">{{ "valid" if v.validation.ok else "invalid" }}, checked at {{ v.validation.checked_at }}{% if not v.validation.ok %}: {{ v.validation.error_count }} error(s){% endif %}.</p>
 {% if v.validation.errors %}<table id="validation-errors"><tr><th>Shard</th><th class="num">Offset</th><th>Key</th><th>Error</th></tr>
 {% for e in v.validation.errors %}<tr><td>{{ e.shard or "" }}</td><td class="num">{{ e.offset if e.offset is not none else "" }}</td><td>{{ e.key or "" }}</td><td>{{ e.error }}</td></tr>{% endfor %}</table>{% endif %}{% endif %}
 

@@ -1,4 +1,5 @@
-"""What a configured dataset's root holds, read through `layout` (local and gs:// alike), as plain dicts.
+"""What a configured dataset's root holds, as plain dicts: the catalog's description of its versions
+(`dataset.catalog`, the one vocabulary of states `inspect` uses too), paged for the view.
 
 Names that come from a URL are checked here before any path is built:
 a version id by `layout.check_version_id`, a shard name by `check_shard_name`
@@ -11,12 +12,10 @@ from __future__ import annotations
 
 import datetime
 
-from ...errors import NotCommitted, NotFound
-from ...format.manifest import Manifest
+from ...errors import NotFound
 from ...format.names import key_error
+from ...dataset.catalog import UNREADABLE, RootListing
 from ...dataset.layout import PUBLISHED_DIR, Dataset, Version, check_shard_name, check_version_id, iso_utc
-from ...dataset.publish import record_order, version_order
-
 
 
 def key_range_problem(first_key: object, last_key: object) -> str | None:
@@ -26,24 +25,6 @@ def key_range_problem(first_key: object, last_key: object) -> str | None:
         if problem is not None:
             return f"{which} key {key!r}: {problem}"
     return None
-
-
-def _manifest(version: Version) -> Manifest | None:
-    """The committed manifest; None for a version that is not committed (never, or mid-commit)."""
-    try:
-        return version.committed_manifest()
-    except NotCommitted:
-        return None
-
-
-def _state(version_id: str, published: bool, latest: str | None, validation: dict | None, committed: bool) -> str:
-    if version_id == latest:
-        return "LATEST"
-    if published:
-        return "published"
-    if validation is not None:
-        return "valid" if validation.get("ok") else "invalid"
-    return "written" if committed else "not committed"
 
 
 def dataset_summary(root: str) -> dict:
@@ -64,50 +45,22 @@ def dataset_summary(root: str) -> dict:
     }
 
 
-def _version_row(dataset: Dataset, version_id: str, record: dict | None, latest: str | None) -> dict:
-    version = dataset.version(version_id)
-    row: dict = {"version": version_id, "published": record is not None}
-    row["logical_date"] = record_order(version_id, record)[0] if record else (version_order(version_id)[0] or None)
-    manifest = _manifest(version)
-    row.update(
-        shards=None if manifest is None else len(manifest.shards),
-        samples=None if manifest is None else manifest.samples,
-        bytes=None if manifest is None else manifest.bytes,
-    )
-    validation = version.read_validation()
-    row["validated"] = None if validation is None else bool(validation.get("ok"))
-    row["validated_at"] = None if validation is None else (validation.get("run") or {}).get("checked_at")
-    row["validation_errors"] = None if validation is None else validation.get("error_count")
-    row["published_at"] = None if record is None else record.get("published_at")
-    row["state"] = _state(version_id, record is not None, latest, validation, manifest is not None)
-    return row
-
-
-def _ordered_ids(dataset: Dataset, records: dict[str, dict]) -> list[str]:
-    def order(v: str) -> tuple:
-        return record_order(v, records[v]) if v in records else version_order(v)
-
-    return sorted(dataset.version_ids(), key=order, reverse=True)
-
-
 def versions_page(root: str, page: int = 1, per_page: int = 20) -> dict:
-    """One page of versions, newest first (by logical date, then id); each row reads its own files only."""
-    dataset = Dataset(root)
-    records = {v: dataset.read_record(v) or {} for v in dataset.published_ids()}
-    latest = dataset.read_latest()
-    ids = _ordered_ids(dataset, records)
+    """One page of versions, newest first (the catalog's order, reversed); only the page's versions are read."""
+    listing = RootListing.read(Dataset(root))
+    ids = list(reversed(listing.ids))
     page = max(1, page)
     per_page = max(1, min(per_page, 200))
     chosen = ids[(page - 1) * per_page : page * per_page]
     rows = []
     for version_id in chosen:
         try:
-            rows.append(_version_row(dataset, version_id, records.get(version_id), latest))
+            rows.append(listing.describe_version(version_id).as_dict())
         except Exception as error:  # noqa: BLE001 - one unreadable version is one row
-            rows.append({"version": version_id, "state": "error", "error": f"{type(error).__name__}: {error}"})
+            rows.append({"version": version_id, "state": UNREADABLE, "error": f"{type(error).__name__}: {error}"})
     return {
-        "root": dataset.root,
-        "latest": latest,
+        "root": listing.dataset.root,
+        "latest": listing.latest,
         "total": len(ids),
         "page": page,
         "per_page": per_page,
@@ -135,15 +88,16 @@ def _resolve(dataset: Dataset, version_id: str, latest: str | None) -> Version:
 
 
 def version_detail(root: str, version_id: str) -> dict:
-    """A version's shards (from its manifest), its validation report and its publish record."""
+    """A version's description (the catalog's), its shards (from its manifest), its validation report
+    and its publish record."""
     dataset = Dataset(root)
     latest = dataset.read_latest()  # once: it also resolves a version named LATEST
     version = _resolve(dataset, version_id, latest)
     assert version.id is not None
     record = dataset.read_record(version.id)
-    manifest = _manifest(version)
-    committed = manifest is not None
-    validation = version.read_validation()
+    described = RootListing(dataset, latest, {} if record is None else {version.id: record}, [version.id])
+    description = described.describe_version(version.id, read_manifest=True)
+    manifest, validation = description.manifest, description.report
     checked = {s.get("name"): s for s in (validation or {}).get("shards", []) if isinstance(s, dict)}
     shards = []
     for shard in [] if manifest is None else manifest.shards:
@@ -170,12 +124,11 @@ def version_detail(root: str, version_id: str) -> dict:
             "bytes": validation.get("bytes"),
         }
     return {
+        **description.as_dict(),
         "root": dataset.root,
-        "version": version.id,
-        "uri": version.uri,
-        "state": _state(version.id, record is not None, latest, validation, committed),
         "latest": latest,
-        "committed": committed,
+        "is_latest": description.latest,
+        "committed": manifest is not None,
         "samples": None if manifest is None else manifest.samples,
         "bytes": None if manifest is None else manifest.bytes,
         "fields": [] if manifest is None else manifest.fields,
