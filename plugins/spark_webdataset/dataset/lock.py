@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 
 from ..errors import ConcurrentCommit, LostCommitLock, PreconditionFailed
@@ -46,6 +47,7 @@ class CommitLock:
         self.wait_seconds = wait_seconds
         self._token: object = None
         self._renewed = 0.0
+        self._renewing = threading.Lock()
 
     def _body(self) -> bytes:
         now = time.time()
@@ -99,17 +101,25 @@ class CommitLock:
             raise LostCommitLock(f"{self.version.uri}: the commit lock is not held")
         if time.monotonic() - self._renewed < self.lease_seconds / 2:
             return
-        self.renew(force=True)
+        self._renew_if_older(self.lease_seconds / 2)
 
     def renew(self, force: bool = False) -> None:
         """Extend the lease (cheap to call often: it writes at most every third of a lease)."""
-        if not force and time.monotonic() - self._renewed < self.lease_seconds / 3:
-            return
-        storage, path = self.version.storage, self.version.lock_uri
-        if not storage.replace_if(path, self._body(), self._token):
-            self._token = None
-            raise LostCommitLock(f"{self.version.uri}: lost the commit lock (its lease expired and was taken over)")
-        self._claimed()
+        self._renew_if_older(0.0 if force else self.lease_seconds / 3)
+
+    def _renew_if_older(self, age: float) -> None:
+        # One renewal at a time: the commit's rename threads check the lease concurrently, and a
+        # second compare-and-swap with the token the first one replaced would read as a takeover.
+        with self._renewing:
+            if self._token is None:
+                raise LostCommitLock(f"{self.version.uri}: the commit lock is not held")
+            if age and time.monotonic() - self._renewed < age:
+                return  # another thread renewed it meanwhile
+            storage, path = self.version.storage, self.version.lock_uri
+            if not storage.replace_if(path, self._body(), self._token):
+                self._token = None
+                raise LostCommitLock(f"{self.version.uri}: lost the commit lock (its lease expired and was taken over)")
+            self._claimed()
 
     def release(self) -> None:
         if self._token is not None:
