@@ -282,3 +282,31 @@ def test_roll_forward_never_overwrites_a_manifest_that_moved(tmp_path) -> None:
         stalled.kill()
         stalled.wait()
     assert version.read_manifest() == moved
+
+
+def test_rename_threads_renewing_at_once_do_not_lose_the_lock(tmp_path) -> None:
+    """The commit's rename threads check the lease together: concurrent renewals are one at a
+    time, so the second does not mistake the first's new token for a takeover."""
+    import threading
+
+    from spark_webdataset.dataset.lock import CommitLock
+
+    version = Dataset(str(tmp_path / "ds")).version("v1")
+    lock = CommitLock(version, "many-threads", lease_seconds=0.02).acquire()
+    failures: list[BaseException] = []
+
+    def renew_often() -> None:
+        try:
+            for _ in range(50):
+                lock.check()
+                time.sleep(0.002)
+        except BaseException as error:  # noqa: BLE001 - collected and asserted below
+            failures.append(error)
+
+    threads = [threading.Thread(target=renew_often) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    lock.release()
