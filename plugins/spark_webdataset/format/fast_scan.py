@@ -5,9 +5,11 @@ The exact parser (`sample_reader.iter_samples`) costs ~12 µs a sample of
 regex a name, a Python object a payload), which capped the Spark reader
 at a tenth of parquet. Here a shard is read in chunks of CHUNK_BYTES;
 the member headers of a chunk are found by following the size fields
-(numpy parses every block's size field at once when members are small),
-checked all together (checksum, regular type, no USTAR prefix, plain
-`<key>.<field>` names), grouped into samples, and the payloads of each
+(`tar_rules.header_chain`: numpy parses every block's size field at once
+when members are small), checked all together by the rulebook's
+vectorized forms (`tar_rules.header_faults`: checksum, magic, regular
+type, no USTAR prefix; `names.split_names`: plain `<key>.<field>`
+names), grouped into samples, and the payloads of each
 wanted field are gathered into one Arrow binary array by a single
 `take` over the chunk: no Python object per member.
 
@@ -18,7 +20,8 @@ member size (`tar_rules`), a damaged header, an odd name, a field twice,
 a key that comes back, a truncated tar) it hands over to the exact parser
 at the start of the sample that member may belong to, with the keys
 already read, so rows and errors (message, offset, key) are the exact
-parser's from there on.
+parser's from there on. No rule, constant or message is spelled here:
+they are `tar_rules`' and `names`'.
 """
 
 from __future__ import annotations
@@ -31,17 +34,14 @@ import numpy as np
 import pyarrow as pa
 
 from . import tar_rules
-from .names import USTAR_NAME_BYTES
+from .names import USTAR_NAME_BYTES, split_names
 from .sample_reader import iter_samples
-from .ustar import BLOCK, padding
+from .tar_rules import BLOCK, header_chain, header_faults, padded
 
 CHUNK_BYTES = 8 << 20  # tar bytes parsed together; a multiple of BLOCK
 SEEK_MEMBER_BYTES = 64 << 10  # key-only reads seek over members this large (as the exact parser does)
 FALLBACK_ROWS = 1024  # rows a batch of the exact parser's samples holds
 FALLBACK_BYTES = 32 << 20  # ... or payload bytes
-_CHECKSUM_WEIGHTS = 8 ** np.arange(5, -1, -1, dtype=np.int64)
-_USTAR = np.frombuffer(b"ustar", np.uint8)
-_DOT, _SLASH = 46, 47
 
 
 @dataclass
@@ -56,51 +56,7 @@ class SampleBatch:
         return SampleBatch(self.keys.filter(mask), {name: column.filter(mask) for name, column in self.columns.items()})
 
 
-# -- vectorized header checks (shared with scan.py, the validator's fast path) -------------------
-
-
-def header_faults(headers: np.ndarray) -> np.ndarray:
-    """Per (n, 512) header row: True where the fast paths cannot vouch for it.
-
-    A checksum not spelled as 6 octal digits, NUL, space or not matching
-    the header; a type other than a regular file; a USTAR prefix in use.
-    """
-    stored = headers[:, 148:154] - np.uint8(48)
-    faults = (stored > 7).any(axis=1) | (headers[:, 154] != 0) | (headers[:, 155] != 32)
-    # uint32 holds a header's byte sum (at most 512 * 255) and numpy sums uint8 into it twice as fast as into int64
-    computed = headers.sum(axis=1, dtype=np.uint32).astype(np.int64) - headers[:, 148:156].sum(axis=1, dtype=np.int64) + 256
-    faults |= stored.astype(np.int64) @ _CHECKSUM_WEIGHTS != computed
-    types = headers[:, 156]
-    faults |= ~((types == 48) | (types == 0) | (types == 55))
-    faults |= (headers[:, 257:262] == _USTAR).all(axis=1) & (headers[:, 345] != 0)
-    return faults
-
-
-def split_names(names: np.ndarray, strict: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(lengths, dots, faults) of (n, w) NUL-padded names: the key is name[:dot], the field name[dot+1:length].
-
-    The key ends at the first '.' of the last path part, as MEMBER_NAME
-    splits it. Faults: no such dot, an empty last-part key, a newline; with
-    `strict` (the reader) also any byte outside printable ASCII, a leading
-    '/' and '..' anywhere, which the exact parser judges.
-    """
-    width = names.shape[1]
-    columns = np.arange(width)
-    zero = names == 0
-    lengths = np.where(zero.any(axis=1), zero.argmax(axis=1), width)
-    inside = columns < lengths[:, None]
-    faults = ((names == 10) & inside).any(axis=1)
-    if strict:
-        faults |= (((names < 32) | (names > 126)) & inside).any(axis=1)
-        faults |= names[:, 0] == _SLASH
-        faults |= ((names[:, :-1] == _DOT) & (names[:, 1:] == _DOT)).any(axis=1)
-    slash = (names == _SLASH) & inside
-    last_slash = np.where(slash.any(axis=1), width - 1 - slash[:, ::-1].argmax(axis=1), -1)
-    dots = (names == _DOT) & inside & (columns > last_slash[:, None])
-    faults |= ~dots.any(axis=1)
-    dot = dots.argmax(axis=1)
-    faults |= dot <= last_slash + 1
-    return lengths, dot, faults
+# -- shared with scan.py, the validator's fast path (the header and name rules: tar_rules, names) --
 
 
 def field_values(names: np.ndarray, dot: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
@@ -124,43 +80,6 @@ def field_values(names: np.ndarray, dot: np.ndarray, lengths: np.ndarray) -> tup
         return codes, distinct
     rows, inverse = np.unique(aligned, axis=0, return_inverse=True)
     return inverse.reshape(-1).astype(np.int64), [row.tobytes().rstrip(b"\0") for row in rows]
-
-
-def header_chain(buffer: bytearray, blocks: np.ndarray, start: int, dense: bool) -> tuple[list[int], int, int]:
-    """Blocks (from `start`) holding the headers found by following the size fields, and where it stopped.
-
-    Returns (chain, stop, after): `stop` is the block where a header
-    belongs but no octal size field is (a zero block, damage, a base-256
-    size), or -1 when the chain ran past the last block; `after` is then
-    the block of the next header (beyond `blocks`). `dense`: parse every
-    block's size field with numpy at once (small members); else only the
-    headers on the chain, in Python. Either way the size field must have
-    the one shape `tar_rules.octal_sizes` reads.
-    """
-    chain: list[int] = []
-    add = chain.append
-    limit = len(blocks)
-    i = start
-    if not dense:
-        while i < limit:
-            at = i * BLOCK
-            size = buffer[at + 124 : at + 136]
-            if size[11] not in (0, 32) or size[:11].translate(None, b"01234567"):
-                return chain, i, i
-            add(i)
-            i += 1 + (int(size[:11], 8) + BLOCK - 1) // BLOCK
-        return chain, -1, i
-    valid, sizes = tar_rules.octal_sizes(blocks[start:])
-    jumps = np.where(valid, 1 + (sizes + BLOCK - 1) // BLOCK, 0).tolist()  # 0: no header here
-    i = 0
-    limit -= start
-    while i < limit:
-        step = jumps[i]
-        if not step:
-            return chain, start + i, start + i
-        add(start + i)
-        i += step
-    return chain, -1, start + i
 
 
 # -- the reader ----------------------------------------------------------------------------------
@@ -200,6 +119,8 @@ def read_full(stream: BinaryIO, view: memoryview) -> int:
 
 def _gappy(buffer: bytearray, filled: int, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
     """A binary array over `buffer` whose even values are buffer[starts[i]:ends[i]] (odd: the gaps)."""
+    if not len(starts):  # no sample (a field twice or a key back in the chunk's first): an empty array
+        return pa.array([], pa.binary())
     offsets = np.empty(2 * len(starts), dtype=np.int64)
     offsets[0::2] = starts
     offsets[1::2] = ends
@@ -283,8 +204,8 @@ def _seek_over_payloads(stream: BinaryIO, first: bytes) -> bool:
     """No payload wanted and large members (judged by the first): seeking past them beats reading them."""
     if len(first) < BLOCK or not stream.seekable():
         return False
-    size = first[124:135]
-    return not size.translate(None, b"01234567") and int(size, 8) >= SEEK_MEMBER_BYTES
+    size = tar_rules.octal_size(first[tar_rules.SIZE[0] : tar_rules.SIZE[1]])
+    return size is not None and size >= SEEK_MEMBER_BYTES
 
 
 def _exact(
@@ -331,7 +252,7 @@ def _parse(
     positions = headers * BLOCK
     ends = positions + BLOCK + sizes
     # members here with their padding (the exact parser reads it: a tar cut inside it is truncated)
-    complete = int(np.searchsorted(ends + padding(sizes), filled, side="right"))
+    complete = int(np.searchsorted(positions + BLOCK + padded(sizes), filled, side="right"))
     # a size past the shard's end or over the limit: from its sample on, the exact parser names it
     within = tar_rules.sizes_within(sizes, limit, positions + BLOCK, left)
     oversized = not within.all()
@@ -344,13 +265,11 @@ def _parse(
     handover = good < complete or oversized
     if not handover and stop >= 0 and complete == len(chain):
         # where the next header belongs there is no octal size field: the end, or for the exact parser
-        if blocks[stop].any():
-            handover = True  # damage, a base-256 size, ...
-        elif stop + 1 < blocks_n:
-            handover = bool(blocks[stop + 1].any())  # one zero block, then more
-            out.end = not handover
-        elif eof:
-            handover = True  # one zero block, then the tar ends
+        ended = tar_rules.end_of_archive(blocks, stop)
+        if ended is None:
+            handover = eof  # one zero block, then the tar ends
+        else:
+            handover, out.end = not ended, ended  # not the end: damage, a base-256 size, ...
     # samples: runs of members with the same key
     new_key = np.ones(good, dtype=bool)
     if good > 1:
@@ -394,7 +313,7 @@ def _parse(
     out.keep = int(positions[starts[samples_n]]) if samples_n < len(starts) else 0
     out.handover = handover
     if complete < len(chain):  # the next parse needs the whole next member
-        out.need = int(ends[complete] + padding(sizes[complete])) - out.keep + BLOCK
+        out.need = int(positions[complete] + BLOCK + padded(int(sizes[complete]))) - out.keep + BLOCK
     return out
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from ..errors import InvalidField, WebDatasetError  # noqa: F401 - WebDatasetError re-exported
 
 KEY_COLUMN = "__key__"
@@ -129,6 +131,53 @@ def split_member_name(name: str) -> tuple[str, str] | None:
     if not match:
         return None
     return match.group(1), match.group(2)
+
+
+def unsafe_member_name(name: str) -> bool:
+    """A member name no reader may extract as it stands: absolute, with a `..` path part, or with a NUL."""
+    return name.startswith("/") or any(part == ".." for part in name.split("/")) or "\0" in name
+
+
+def member_parts(name: str) -> tuple[str, str] | None:
+    """(key, field) of a member name a shard may hold: of the `<key>.<field>` shape and safe; else None."""
+    parts = split_member_name(name)
+    if parts is None or unsafe_member_name(name):
+        return None
+    return parts
+
+
+_DOT, _SLASH, _NEWLINE = ord("."), ord("/"), ord("\n")
+
+
+def split_names(names: np.ndarray, strict: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`member_parts` for (n, w) NUL-padded names at once: (lengths, dots, faults), the key being
+    name[:dot] and the field name[dot+1:length].
+
+    The key ends at the first '.' of the last path part, as MEMBER_NAME
+    splits it. Faults (rows the exact parser judges): no such dot, an empty
+    last-part key, a newline (MEMBER_NAME's `.` stops there); with `strict`
+    (the reader) also what `unsafe_member_name` refuses and more: any byte
+    outside printable ASCII (NUL, not UTF-8, ...), a leading '/', and '..'
+    anywhere. The validator, not strict, holds the keys to
+    INVALID_KEY_PATTERN instead, which refuses every unsafe name.
+    """
+    width = names.shape[1]
+    columns = np.arange(width)
+    zero = names == 0
+    lengths = np.where(zero.any(axis=1), zero.argmax(axis=1), width)
+    inside = columns < lengths[:, None]
+    faults = ((names == _NEWLINE) & inside).any(axis=1)
+    if strict:
+        faults |= (((names < 32) | (names > 126)) & inside).any(axis=1)
+        faults |= names[:, 0] == _SLASH
+        faults |= ((names[:, :-1] == _DOT) & (names[:, 1:] == _DOT)).any(axis=1)
+    slash = (names == _SLASH) & inside
+    last_slash = np.where(slash.any(axis=1), width - 1 - slash[:, ::-1].argmax(axis=1), -1)
+    dots = (names == _DOT) & inside & (columns > last_slash[:, None])
+    faults |= ~dots.any(axis=1)
+    dot = dots.argmax(axis=1)
+    faults |= dot <= last_slash + 1
+    return lengths, dot, faults
 
 
 def first_invalid_key(keys: Iterable[object]) -> tuple[int, object, str] | None:

@@ -14,12 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterator
 
-from ..errors import TarFormatError
+from ..errors import TarFormatError  # noqa: F401 - re-exported
 from . import tar_rules
-from .names import split_member_name
-from .ustar import BLOCK
-
-REGULAR_TYPES = (b"0", b"\0", b"7")
+from .names import member_parts, split_member_name
+from .tar_rules import BLOCK, EXTENDED_TYPES, GNU_LONG_NAME_TYPE, PAX_TYPE, PAX_GLOBAL_TYPE, REGULAR_TYPES, ZERO_BLOCK
 READ_PIECE_BYTES = 8 << 20  # a read of a size the shard's end does not bound goes in pieces this large
 
 
@@ -72,52 +70,42 @@ def iter_members(
     while True:
         header = stream.read(BLOCK)
         if len(header) == 0:
-            raise TarFormatError("the tar ends without its end-of-archive blocks (truncated)", offset)
+            raise tar_rules.no_end_blocks(offset)
         if len(header) < BLOCK:
-            raise TarFormatError(f"truncated header ({len(header)} of {BLOCK} bytes)", offset)
-        if header == bytes(BLOCK):
-            rest = stream.read(BLOCK)
-            if rest != bytes(BLOCK):
-                raise TarFormatError("a zero block is not followed by a second one", offset)
+            raise tar_rules.truncated_header(len(header), offset)
+        if header == ZERO_BLOCK:
+            if stream.read(BLOCK) != ZERO_BLOCK:
+                raise tar_rules.lone_zero_block(offset)
             return
-        checksum = tar_rules.decode_number(header[148:156], offset, "checksum")
-        computed = sum(header[:148]) + 256 + sum(header[156:])
-        if checksum != computed:
-            raise TarFormatError(f"header checksum {checksum} does not match the header ({computed})", offset)
-        size = tar_rules.decode_number(header[124:136], offset, "size")
-        source = "base-256" if header[124] & 0x80 else ""
-        typeflag = header[156:157]
+        tar_rules.check_header(header, offset)
+        size_field = header[tar_rules.SIZE[0] : tar_rules.SIZE[1]]
+        size = tar_rules.decode_number(size_field, offset, "size")
+        source = "base-256" if size_field[0] & 0x80 else ""
+        typeflag = header[tar_rules.TYPEFLAG : tar_rules.TYPEFLAG + 1]
         start = offset if member_offset is None else member_offset
         left = None if tar_end is None else tar_end - offset - BLOCK
-        if typeflag in (b"x", b"L", b"g"):
+        if typeflag in EXTENDED_TYPES:
             padded = tar_rules.check_extended_size(size, offset, left)
             body = _read(stream, padded, left is not None)
             if len(body) < padded:
                 raise tar_rules.extended_truncated(len(body), padded, offset)
             payload = body[:size]
-            if typeflag == b"x":
+            if typeflag == PAX_TYPE:
                 records = tar_rules.parse_pax(payload, offset)
                 long_name = records.get("path", long_name)
                 size_override = tar_rules.pax_size(records, offset)
-            elif typeflag == b"L":
+            elif typeflag == GNU_LONG_NAME_TYPE:
                 long_name = payload.rstrip(b"\0").decode("utf-8", "surrogateescape")
             else:
                 tar_rules.parse_pax(payload, offset)  # global records: checked, not applied
-            member_offset = start if typeflag != b"g" else member_offset
+            member_offset = start if typeflag != PAX_GLOBAL_TYPE else member_offset
             offset += BLOCK + padded
             continue
-        name = long_name
-        if name is None:
-            raw_name = header[:100].split(b"\0", 1)[0]
-            if header[257:262] == b"ustar" and header[345] != 0:
-                prefix = header[345:500].split(b"\0", 1)[0]
-                raw_name = prefix + b"/" + raw_name
-            name = raw_name.decode("utf-8", "surrogateescape")
+        name = tar_rules.header_name(header) if long_name is None else long_name
         if size_override is not None:
             size, source = size_override, "from a PAX record"
         padded = tar_rules.check_member_size(name, size, offset, left, limit, source)
-        if not name.isascii():
-            _check_utf8(name, offset)
+        tar_rules.check_utf8_name(name, offset)
         wanted = read_data(name) if callable(read_data) else read_data
         if wanted or typeflag not in REGULAR_TYPES:
             body = _read(stream, padded, left is not None)
@@ -149,15 +137,6 @@ def _read(stream: BinaryIO, count: int, bounded: bool) -> bytes:
         pieces.append(piece)
         count -= len(piece)
     return b"".join(pieces)
-
-
-def _check_utf8(name: str, offset: int) -> None:
-    """Keys become Spark strings: a name that is not UTF-8 is a defect of the shard, named here."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        raw = name.encode("utf-8", "surrogateescape")
-        raise TarFormatError(f"member name {raw!r} is not UTF-8", offset) from None
 
 
 def _skip(stream: BinaryIO, count: int, end: int | None) -> int:
@@ -202,28 +181,20 @@ def iter_samples(
     members = iter_members(stream, read_data=wanted, offset=offset, shard_bytes=shard_bytes, max_member=max_member)
     for member in members:
         if not member.is_regular:
-            raise TarFormatError(
-                f"member {member.name!r} is not a regular file (type {member.typeflag!r})", member.offset
-            )
-        parts = split_member_name(member.name)
-        if parts is None or _unsafe(member.name):
-            raise TarFormatError(
-                f"member name {member.name!r} is not a safe <key>.<field> name", member.offset
-            )
+            raise tar_rules.not_regular(member.name, member.typeflag, member.offset)
+        parts = member_parts(member.name)
+        if parts is None:
+            raise tar_rules.unsafe_name(member.name, member.offset)
         key, ext = parts
         if current is None or key != current.key:
             if current is not None:
                 finished.add(current.key)
                 yield current
             if key in finished:
-                raise TarFormatError("key reappears after another key (its members are not adjacent)", member.offset, key)
+                raise tar_rules.key_reappears(member.offset, key)
             current = Sample(key=key, offset=member.offset)
         if ext in current.fields:
-            raise TarFormatError(f"field {ext!r} appears twice in one sample", member.offset, key)
+            raise tar_rules.field_twice(ext, member.offset, key)
         current.fields[ext] = member.data
     if current is not None:
         yield current
-
-
-def _unsafe(name: str) -> bool:
-    return name.startswith("/") or any(part == ".." for part in name.split("/")) or "\0" in name

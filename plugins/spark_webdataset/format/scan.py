@@ -6,8 +6,10 @@ and hashing it. Here the shard is read in 2 MiB chunks (`readinto`, each
 byte copied once, hashed once); in each chunk the member headers are found
 by following the size fields (numpy parses every block's size field at
 once when members are small, Python only the headers on the chain when
-they are large) and then checked all together: checksum, regular type, no
-ustar prefix, `<key>.<field>` names, sample starts. Per shard, Arrow's
+they are large: `tar_rules.header_chain`) and then checked all together
+by the rulebook's vectorized forms (`tar_rules.header_faults`: checksum,
+magic, regular type, no ustar prefix; `names.split_names`:
+`<key>.<field>` names), then sample starts. Per shard, Arrow's
 kernels check the key rules (the writer's INVALID_KEY_PATTERN), keys that
 come back, and numpy bit sets the fields of each sample.
 
@@ -29,9 +31,9 @@ import pyarrow.compute as pc
 
 from . import tar_rules
 from .checksums import Digests
-from .fast_scan import field_values, header_chain, header_faults, read_full, split_names
-from .names import INVALID_KEY_PATTERN, USTAR_NAME_BYTES
-from .ustar import BLOCK
+from .fast_scan import field_values, read_full
+from .names import INVALID_KEY_PATTERN, USTAR_NAME_BYTES, split_names
+from .tar_rules import BLOCK, end_of_archive, header_chain, header_faults
 
 CHUNK_BYTES = 2 << 20  # a multiple of BLOCK; small enough to stay in cache while hashed
 _CHUNK_BLOCKS = CHUNK_BYTES // BLOCK
@@ -131,14 +133,10 @@ def _scan(stream: BinaryIO, members: _Members, digest: Digests) -> int:
         sparse = len(chain) * 16 < blocks_n
         if stop >= 0:
             # a zero block where a header belongs: the end, if a second one follows
-            if blocks[stop].any():
+            ended = end_of_archive(blocks, stop)
+            if ended is False:
                 raise _NotSure
-            if stop + 1 < blocks_n:
-                if blocks[stop + 1].any():
-                    raise _NotSure
-                state = "end"
-            else:
-                state = "zero"
+            state = "end" if ended else "zero"
         else:
             position = after - blocks_n
         if chain:

@@ -22,6 +22,25 @@ The rules:
 - A PAX record is `<length> <key>=<value>\n`, its length counting the
   whole record; a length that runs past the extended header or does not
   land on the record's newline is an error, not a guess.
+- A header's checksum is the sum of its 512 bytes with the checksum
+  field counted as 8 spaces; the field is a number as sizes are spelled.
+- A header's magic and version are POSIX ustar (`ustar\0` `00`), GNU
+  (`ustar ` ` \0`) or absent (8 NUL bytes, a v7 header); anything else
+  is not a tar header we read.
+- Type flags: `0`, NUL and `7` are regular files, the only members a
+  shard may hold; `x` (PAX), `g` (PAX global) and `L` (GNU long name)
+  are extended headers that describe the next member; any other type
+  (links, directories, devices, ...) is an error at its header.
+- A member's name is the PAX `path` or GNU long name before it if any,
+  else the name field, with the prefix field and a `/` before it when the
+  magic is ustar's and the prefix is not empty. It is UTF-8, a
+  `<key>.<field>` name and safe (`names.member_parts`).
+- The size chain: a member's header, then its payload padded to the
+  block (`padded`), then the next header; two zero blocks end the tar.
+
+Every fault's message is written here (the functions that build the
+errors), so the exact parser names it and the fast paths never spell
+one: they hand the bytes to the exact parser.
 """
 
 from __future__ import annotations
@@ -36,6 +55,20 @@ from ..errors import BadOption, BadPaxRecord, MemberSizeError, TarFormatError
 from .sizes import parse_size
 
 BLOCK = 512
+
+# the header fields the rules read: (start, end) byte ranges of a 512-byte header
+NAME = (0, 100)
+SIZE = (124, 136)
+CHECKSUM = (148, 156)
+TYPEFLAG = 156
+MAGIC = (257, 265)  # magic (6 bytes) and version (2)
+PREFIX = (345, 500)
+POSIX_MAGIC = b"ustar\x0000"  # magic and version, as our writer (ustar.py) spells them
+USTAR_MAGICS = (POSIX_MAGIC, b"ustar  \0", bytes(8))  # POSIX, GNU, v7 (none)
+REGULAR_TYPES = (b"0", b"\0", b"7")
+PAX_TYPE, PAX_GLOBAL_TYPE, GNU_LONG_NAME_TYPE = b"x", b"g", b"L"
+EXTENDED_TYPES = (PAX_TYPE, GNU_LONG_NAME_TYPE, PAX_GLOBAL_TYPE)
+ZERO_BLOCK = bytes(BLOCK)
 MAX_MEMBER_ENV = "SPARK_WEBDATASET_MAX_MEMBER_BYTES"
 DEFAULT_MAX_MEMBER_BYTES = 2 << 30
 MAX_EXTENDED_HEADER_BYTES = 1 << 20
@@ -57,6 +90,11 @@ def max_member_bytes(value: int | str | None = None) -> int:
 def padded(size: int) -> int:
     """Bytes a payload of `size` takes in the tar, padding to the block included."""
     return size + (-size % BLOCK)
+
+
+def blocks_after(size: int | np.ndarray) -> int | np.ndarray:
+    """Blocks from a member's header to the next header: the header and the padded payload (the size chain)."""
+    return 1 + (size + BLOCK - 1) // BLOCK
 
 
 def remaining(stream: BinaryIO) -> int | None:
@@ -86,6 +124,72 @@ def decode_number(raw: bytes, offset: int, what: str) -> int:
     if text.translate(None, b"01234567"):  # int() would take a sign, '_' or '0o'
         raise TarFormatError(f"the {what} field {raw!r} is not an octal number", offset)
     return int(text, 8)
+
+
+def header_checksum(header: bytes) -> int:
+    """The checksum a header must carry: its byte sum with the checksum field counted as spaces."""
+    return sum(header[: CHECKSUM[0]]) + 8 * 32 + sum(header[CHECKSUM[1] :])
+
+
+def check_header(header: bytes, offset: int) -> None:
+    """The rules of one (non-zero) header block: its checksum, then its magic and version."""
+    stored = decode_number(header[CHECKSUM[0] : CHECKSUM[1]], offset, "checksum")
+    computed = header_checksum(header)
+    if stored != computed:
+        raise TarFormatError(f"header checksum {stored} does not match the header ({computed})", offset)
+    magic = header[MAGIC[0] : MAGIC[1]]
+    if magic not in USTAR_MAGICS:
+        raise TarFormatError(f"header magic and version {magic!r} are neither ustar's, GNU's nor v7's", offset)
+
+
+def header_name(header: bytes) -> str:
+    """The member name a header's own fields give (prefix joined when the magic is ustar's)."""
+    raw = header[NAME[0] : NAME[1]].split(b"\0", 1)[0]
+    if header[MAGIC[0] : MAGIC[0] + 5] == b"ustar" and header[PREFIX[0]] != 0:
+        raw = header[PREFIX[0] : PREFIX[1]].split(b"\0", 1)[0] + b"/" + raw
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def check_utf8_name(name: str, offset: int) -> None:
+    """Keys become Spark strings: a name that is not UTF-8 is a defect of the shard, named here."""
+    if name.isascii():
+        return
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = name.encode("utf-8", "surrogateescape")
+        raise TarFormatError(f"member name {raw!r} is not UTF-8", offset) from None
+
+
+# -- the faults found between headers, and the WebDataset member rules (messages) --------------
+
+
+def no_end_blocks(offset: int) -> TarFormatError:
+    return TarFormatError("the tar ends without its end-of-archive blocks (truncated)", offset)
+
+
+def truncated_header(got: int, offset: int) -> TarFormatError:
+    return TarFormatError(f"truncated header ({got} of {BLOCK} bytes)", offset)
+
+
+def lone_zero_block(offset: int) -> TarFormatError:
+    return TarFormatError("a zero block is not followed by a second one", offset)
+
+
+def not_regular(name: str, typeflag: bytes, offset: int) -> TarFormatError:
+    return TarFormatError(f"member {name!r} is not a regular file (type {typeflag!r})", offset)
+
+
+def unsafe_name(name: str, offset: int) -> TarFormatError:
+    return TarFormatError(f"member name {name!r} is not a safe <key>.<field> name", offset)
+
+
+def key_reappears(offset: int, key: str) -> TarFormatError:
+    return TarFormatError("key reappears after another key (its members are not adjacent)", offset, key)
+
+
+def field_twice(field: str, offset: int, key: str) -> TarFormatError:
+    return TarFormatError(f"field {field!r} appears twice in one sample", offset, key)
 
 
 def check_member_size(name: str, size: int, offset: int, left: int | None, limit: int, source: str = "") -> int:
@@ -179,11 +283,48 @@ def pax_size(records: dict[str, str], offset: int) -> int | None:
 # -- whole chunks of headers (the fast paths) --------------------------------------------------
 
 
+_CHECKSUM_WEIGHTS = 8 ** np.arange(5, -1, -1, dtype=np.int64)
+_MAGICS = np.frombuffer(b"".join(USTAR_MAGICS), np.uint64)
+_USTAR = np.frombuffer(b"ustar", np.uint8)
+_REGULAR = np.frombuffer(b"".join(REGULAR_TYPES), np.uint8)
+
+
+def header_faults(headers: np.ndarray) -> np.ndarray:
+    """Per (n, 512) header row: True where the fast paths cannot vouch for it (`check_header`'s rules
+    and more: the exact parser judges those rows).
+
+    A checksum not spelled as our writer does (6 octal digits, NUL,
+    space) or not `header_checksum`; a magic not in USTAR_MAGICS; a type
+    not in REGULAR_TYPES; a prefix in use.
+    """
+    stored = headers[:, CHECKSUM[0] : CHECKSUM[0] + 6] - np.uint8(48)
+    faults = (stored > 7).any(axis=1) | (headers[:, CHECKSUM[0] + 6] != 0) | (headers[:, CHECKSUM[0] + 7] != 32)
+    # uint32 holds a header's byte sum (at most 512 * 255) and numpy sums uint8 into it twice as fast as into int64
+    computed = (
+        headers.sum(axis=1, dtype=np.uint32).astype(np.int64)
+        - headers[:, CHECKSUM[0] : CHECKSUM[1]].sum(axis=1, dtype=np.int64)
+        + 8 * 32
+    )
+    faults |= stored.astype(np.int64) @ _CHECKSUM_WEIGHTS != computed
+    magic = np.ascontiguousarray(headers[:, MAGIC[0] : MAGIC[1]]).view(np.uint64).reshape(-1)
+    faults |= ~np.isin(magic, _MAGICS)
+    faults |= ~np.isin(headers[:, TYPEFLAG], _REGULAR)
+    faults |= (headers[:, MAGIC[0] : MAGIC[0] + 5] == _USTAR).all(axis=1) & (headers[:, PREFIX[0]] != 0)
+    return faults
+
+
+def octal_size(raw: bytes) -> int | None:
+    """One header's size field (12 bytes) if it has the one shape the fast paths read (`octal_sizes`), else None."""
+    if raw[11] not in (0, 32) or raw[:11].translate(None, b"01234567"):
+        return None
+    return int(raw[:11], 8)
+
+
 def octal_sizes(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(valid, sizes) of (n, 512) header rows: valid where the size field is 11 octal digits and a NUL
     or a space, the one shape the fast paths read; anything else is for the exact parser."""
-    digits = rows[:, 124:135] - np.uint8(48)
-    valid = (digits < 8).all(axis=1) & ((rows[:, 135] == 0) | (rows[:, 135] == 32))
+    digits = rows[:, SIZE[0] : SIZE[1] - 1] - np.uint8(48)
+    valid = (digits < 8).all(axis=1) & ((rows[:, SIZE[1] - 1] == 0) | (rows[:, SIZE[1] - 1] == 32))
     sizes = (digits.astype(np.float64) @ _OCTAL_WEIGHTS).astype(np.int64)
     return valid, sizes
 
@@ -198,3 +339,51 @@ def sizes_within(
     if end is not None and after_headers is not None:
         within &= after_headers + sizes + (-sizes % BLOCK) <= end
     return within
+
+
+def end_of_archive(blocks: np.ndarray, stop: int) -> bool | None:
+    """At block `stop` a header belongs and no octal size field is: True if the end-of-archive blocks
+    (two zero blocks) are there, False if not (damage, a base-256 size, one zero block then more: the
+    exact parser judges), None if a zero block is the last of `blocks` (the next block decides)."""
+    if blocks[stop].any():
+        return False
+    if stop + 1 < len(blocks):
+        return not blocks[stop + 1].any()
+    return None
+
+
+def header_chain(buffer: bytearray, blocks: np.ndarray, start: int, dense: bool) -> tuple[list[int], int, int]:
+    """Blocks (from `start`) holding the headers found by following the size chain, and where it stopped.
+
+    Returns (chain, stop, after): `stop` is the block where a header
+    belongs but no octal size field is (a zero block, damage, a base-256
+    size), or -1 when the chain ran past the last block; `after` is then
+    the block of the next header (beyond `blocks`). `dense`: parse every
+    block's size field with numpy at once (small members); else only the
+    headers on the chain, in Python. Either way the size field must have
+    the one shape `octal_sizes` reads.
+    """
+    chain: list[int] = []
+    add = chain.append
+    limit = len(blocks)
+    i = start
+    if not dense:
+        while i < limit:
+            at = i * BLOCK
+            size = octal_size(buffer[at + SIZE[0] : at + SIZE[1]])
+            if size is None:
+                return chain, i, i
+            add(i)
+            i += blocks_after(size)
+        return chain, -1, i
+    valid, sizes = octal_sizes(blocks[start:])
+    jumps = np.where(valid, blocks_after(sizes), 0).tolist()  # 0: no header here
+    i = 0
+    limit -= start
+    while i < limit:
+        step = jumps[i]
+        if not step:
+            return chain, start + i, start + i
+        add(start + i)
+        i += step
+    return chain, -1, start + i

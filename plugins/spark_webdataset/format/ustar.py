@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-BLOCK = 512
+from .tar_rules import BLOCK, MAGIC, POSIX_MAGIC
+
 END_OF_ARCHIVE = bytes(2 * BLOCK)
 MAX_USTAR_SIZE = 8**11 - 1  # 11 octal digits
 _SIZE_SHIFTS = np.arange(10, -1, -1, dtype=np.int64) * 3
@@ -42,8 +43,7 @@ def header_template(mtime: int = 0, typeflag: bytes = b"0") -> np.ndarray:
     header[136:148] = _octal(mtime, 11) + b"\0"
     header[148:156] = b" " * 8  # checksum is computed over spaces here
     header[156:157] = typeflag
-    header[257:263] = b"ustar\0"
-    header[263:265] = b"00"
+    header[MAGIC[0] : MAGIC[1]] = POSIX_MAGIC  # magic "ustar\0", version "00"
     header[329:337] = b"0000000\0"  # devmajor
     header[337:345] = b"0000000\0"  # devminor
     return np.frombuffer(bytes(header), dtype=np.uint8)
