@@ -11,6 +11,7 @@ URL, and a stand-in for a stuck Airflow forks "tasks" the way Airflow's supervis
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from helpers import stop_groups
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "airflow_standalone.sh"
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # each run migrates a fresh SQLite home: ~10-15 s
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 # Stands in for `airflow standalone`: three hung "tasks", each a process group of its own (as
 # Airflow's task supervisor makes them) that ignores TERM and has a child; it writes their pids,
@@ -58,8 +59,12 @@ while True:
 
 def _env(tmp_path: Path, **overrides: str) -> dict:
     """A temp Airflow home and data, no dataset configs (no demo source to make); the API settings
-    of the developer's shell removed, the given ones set."""
+    of the developer's shell removed, the given ones set. The home starts with the session's
+    migrated database, so the script's migrate finds nothing to do."""
     (tmp_path / "datasets").mkdir(exist_ok=True)
+    home = tmp_path / "airflow_home"
+    home.mkdir(exist_ok=True)
+    shutil.copyfile(Path(os.environ["AIRFLOW_HOME"]) / "airflow.db", home / "airflow.db")
     env = {
         k: v
         for k, v in os.environ.items()
@@ -95,7 +100,7 @@ def _checkout_outputs() -> dict:
     return {p: p.stat().st_mtime_ns for p in (REPO / "dist").glob("*")} if (REPO / "dist").exists() else {}
 
 
-def test_the_url_follows_the_port_and_stopping_the_script_stops_every_task_group(tmp_path) -> None:
+def test_the_url_follows_the_port_and_stopping_the_script_stops_every_task_group(tmp_path, airflow_db) -> None:
     port = free_port()
     env = _env(tmp_path, AIRFLOW__API__PORT=str(port), SPARK_WEBDATASET_STOP_SECONDS="2")
     hung = tmp_path / "hung_airflow.py"
@@ -157,7 +162,7 @@ def test_the_url_follows_the_port_and_stopping_the_script_stops_every_task_group
     ],
     ids=["ipv6-and-base-path", "given-url-kept"],
 )
-def test_the_execution_api_url_is_derived_unless_given(tmp_path, settings, expected) -> None:
+def test_the_execution_api_url_is_derived_unless_given(tmp_path, airflow_db, settings, expected) -> None:
     run = subprocess.run(
         [str(SCRIPT), "printenv", "AIRFLOW__CORE__EXECUTION_API_SERVER_URL"],
         env=_env(tmp_path, **settings), capture_output=True, text=True, timeout=120,
