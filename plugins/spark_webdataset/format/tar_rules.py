@@ -286,6 +286,7 @@ def pax_size(records: dict[str, str], offset: int) -> int | None:
 _CHECKSUM_WEIGHTS = 8 ** np.arange(5, -1, -1, dtype=np.int64)
 _MAGICS = np.frombuffer(b"".join(USTAR_MAGICS), np.uint64)
 _USTAR = np.frombuffer(b"ustar", np.uint8)
+_POSIX = np.frombuffer(POSIX_MAGIC, np.uint8)
 _REGULAR = np.frombuffer(b"".join(REGULAR_TYPES), np.uint8)
 
 
@@ -306,10 +307,16 @@ def header_faults(headers: np.ndarray) -> np.ndarray:
         + 8 * 32
     )
     faults |= stored.astype(np.int64) @ _CHECKSUM_WEIGHTS != computed
-    magic = np.ascontiguousarray(headers[:, MAGIC[0] : MAGIC[1]]).view(np.uint64).reshape(-1)
-    faults |= ~np.isin(magic, _MAGICS)
-    faults |= ~np.isin(headers[:, TYPEFLAG], _REGULAR)
-    faults |= (headers[:, MAGIC[0] : MAGIC[0] + 5] == _USTAR).all(axis=1) & (headers[:, PREFIX[0]] != 0)
+    types = headers[:, TYPEFLAG]
+    faults |= ~((types == _REGULAR[0]) | (types == _REGULAR[1]) | (types == _REGULAR[2]))
+    magic = headers[:, MAGIC[0] : MAGIC[1]]
+    ustar = (magic == _POSIX).all(axis=1)  # what our writer writes: one compare, no copy
+    if not ustar.all():  # GNU, v7 or damage: those few rows against every magic the rules read
+        others = np.flatnonzero(~ustar)
+        words = np.ascontiguousarray(magic[others]).view(np.uint64).reshape(-1)
+        faults[others] |= ~np.isin(words, _MAGICS)
+        ustar[others] = (magic[others, :5] == _USTAR).all(axis=1)  # GNU's: the prefix rule applies too
+    faults |= ustar & (headers[:, PREFIX[0]] != 0)  # a prefix in use: the exact parser joins it
     return faults
 
 
