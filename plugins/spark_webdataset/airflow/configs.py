@@ -47,7 +47,8 @@ from pydantic import (
 from ..jobs.build import ORDERS
 from ..errors import DatasetConfigError, NestedDatasetRoot
 from ..format.names import field_error, field_name_error
-from ..format.sizes import parse_size
+from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
+from ..format.sizes import spell_size
 from ..dataset.layout import check_dataset_root
 
 DAGS_FOLDER_ENV = "AIRFLOW__CORE__DAGS_FOLDER"
@@ -213,7 +214,9 @@ class DatasetConfig(BaseModel):
     fields: dict[str, str] = Field(
         default_factory=dict, description="extension -> column or SQL, in member order; empty: every column"
     )
-    max_shard_bytes: str = Field("3GiB", description="hard cap per shard in tar bytes, e.g. 3GiB")
+    max_shard_bytes: str = Field(
+        spell_size(DEFAULT_MAX_SHARD_BYTES), description="hard cap per shard in tar bytes, e.g. 3GiB"
+    )
     max_samples_per_shard: PositiveInt | None = None
     order: str = Field("hash", description="sample order: " + ", ".join(ORDERS))
     schedule: OptionalText = Field(None, description="cron expression, preset (@daily), or null: manual runs only")
@@ -278,7 +281,8 @@ class DatasetConfig(BaseModel):
     def _byte_size(cls, value: Any) -> str:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise ValueError(f"{value!r} is not a byte size (write e.g. 1048576, 512MiB, 3GiB)")
-        parse_size(value, "max_shard_bytes")  # raises ValueError naming the rule
+        # the job's own parser (a ValueError naming the rule); the job parses the text it is given
+        parse_max_shard_bytes(value, "max_shard_bytes")
         return str(value)
 
     @field_validator("order")

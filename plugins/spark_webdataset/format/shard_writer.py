@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from ..errors import BadOption, InvalidField, InvalidKey, InvalidMemberName
 from . import ustar
 from .checksums import CHECKSUMS, CRC32C, SHA256, crc32c_extend, crc32c_text
+from .sizes import parse_size
 from .names import (
     INVALID_KEY_PATTERN,
     USTAR_NAME_BYTES,
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 # Above this mean member size, per-member writes cost less than copying.
 DIRECT_WRITE_MEMBER_BYTES = 32 * 1024
 MIN_SHARD_BYTES = ustar.BLOCK + len(ustar.END_OF_ARCHIVE)
+# The shard cap when none is given: the writer's option maxShardBytes, the jobs' --max-shard-bytes
+# and a dataset config's max_shard_bytes all default to this one value.
+DEFAULT_MAX_SHARD_BYTES = 3 * 1024**3
 GROUP_BYTES = 1 << 20  # pieces hashed, then written, together (see _HashingSink.write_pieces)
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 
@@ -160,6 +164,24 @@ def _binary_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return offsets, data
 
 
+def parse_max_shard_bytes(value: str | int, name: str = "maxShardBytes") -> int:
+    """The shard cap from what a person wrote ("3GiB", 1048576): the one parser and rule of it.
+
+    The writer's option, the jobs' argument and a dataset config's field all
+    go through here; `name` is the one the error names. Raises BadOption.
+    """
+    try:
+        size = parse_size(value, name)
+    except ValueError as error:
+        raise BadOption(str(error)) from None
+    if size < MIN_SHARD_BYTES:
+        raise BadOption(
+            f"option {name}={value} is smaller than one tar header plus the "
+            f"end-of-archive blocks ({MIN_SHARD_BYTES} bytes)"
+        )
+    return size
+
+
 class ShardWriter:
     """Writes samples to shards `open_shard(0)`, `open_shard(1)`, ...
 
@@ -179,11 +201,7 @@ class ShardWriter:
     ) -> None:
         if checksum not in CHECKSUMS:
             raise BadOption(f"option checksum={checksum!r} must be one of {', '.join(CHECKSUMS)}")
-        if max_shard_bytes < MIN_SHARD_BYTES:
-            raise BadOption(
-                f"option maxShardBytes={max_shard_bytes} is smaller than one tar header plus the "
-                f"end-of-archive blocks ({MIN_SHARD_BYTES} bytes)"
-            )
+        parse_max_shard_bytes(max_shard_bytes)  # the cap's one rule (a caller may pass any int)
         if max_samples_per_shard is not None and max_samples_per_shard < 1:
             raise BadOption(f"option maxSamplesPerShard={max_samples_per_shard} must be at least 1")
         for name in fields:

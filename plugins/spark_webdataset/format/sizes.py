@@ -40,6 +40,14 @@ def parse_size(text: str | int, name: str = "size") -> int:
     return value
 
 
+def spell_size(size: int) -> str:
+    """A byte size as people write it, exactly ("3GiB" for 3 * 1024**3; digits when no unit divides it)."""
+    for unit in ("tib", "gib", "mib", "kib"):
+        if size and size % _UNITS[unit] == 0:
+            return f"{size // _UNITS[unit]}{unit[0].upper()}i{unit[2].upper()}"
+    return str(size)
+
+
 def format_size(size: int) -> str:
     value = float(size)
     for unit in ("B", "KiB", "MiB", "GiB"):

@@ -23,10 +23,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, BadOption, InputError, WebDatasetError, from_spark
+from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, InputError, WebDatasetError, from_spark
 from ..format.manifest import Manifest
 from ..format.names import KEY_COLUMN
-from ..format.sizes import format_size, parse_size
+from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
+from ..format.sizes import format_size, spell_size
 from ..dataset.layout import Dataset, check_dataset_root, check_version_id
 
 if TYPE_CHECKING:
@@ -75,7 +76,11 @@ def parser() -> argparse.ArgumentParser:
         metavar="EXT=COLUMN_OR_SQL",
         help="one member per sample (repeat; extensions may hold dots: seg.png). Default: every other column",
     )
-    parser.add_argument("--max-shard-bytes", default="3GiB", help="hard cap per shard, tar bytes (default 3GiB)")
+    parser.add_argument(
+        "--max-shard-bytes",
+        default=DEFAULT_MAX_SHARD_BYTES,
+        help=f"hard cap per shard, tar bytes (default {spell_size(DEFAULT_MAX_SHARD_BYTES)})",
+    )
     parser.add_argument("--max-samples-per-shard", type=int, default=None)
     parser.add_argument("--order", choices=ORDERS, default="hash", help="sample order (default hash)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the hash order")
@@ -161,9 +166,10 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
     from pyspark.sql import functions as F
 
     from ..spark.datasource import register
+    from ..spark.options import WriteOptions
 
     register(spark)
-    max_shard_bytes = parse_size_option(args.max_shard_bytes, "--max-shard-bytes")
+    max_shard_bytes = parse_max_shard_bytes(args.max_shard_bytes, "--max-shard-bytes")
     version = Dataset(args.output).version(args.version)
     target = version.uri
     if version.is_published() and args.skip_if_published:
@@ -192,16 +198,19 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
         f"order {args.order}",
         flush=True,
     )
+    options = WriteOptions(
+        path=target,
+        max_shard_bytes=max_shard_bytes,
+        max_samples_per_shard=args.max_samples_per_shard or None,
+        mtime=args.mtime,
+        allow_pax=args.allow_pax,
+    )
     writer = (
         order_samples(samples_df, partitions, args.order, args.seed)
         .write.format("webdataset")
-        .option("maxShardBytes", str(max_shard_bytes))
-        .option("mtime", str(args.mtime))
-        .option("allowPax", str(args.allow_pax).lower())
+        .options(**options.spark_options())  # Spark options are strings: the typed values, spelt out
         .mode(args.mode)
     )
-    if args.max_samples_per_shard:
-        writer = writer.option("maxSamplesPerShard", str(args.max_samples_per_shard))
     for name, value in args.write_option:
         writer = writer.option(name, value)
     writer.save(target)
@@ -250,13 +259,6 @@ def spark_session() -> "SparkSession":
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # run by plain python, not spark-submit
         builder = builder.master(os.environ.get("SPARK_MASTER", "local[*]"))
     return builder.getOrCreate()
-
-
-def parse_size_option(text: str, name: str) -> int:
-    try:
-        return parse_size(text, name)
-    except ValueError as error:
-        raise BadOption(str(error)) from None
 
 
 # Spark's conditions for a source, table or column that is not there: bad input, no retry helps.

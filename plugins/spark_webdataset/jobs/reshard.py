@@ -27,9 +27,10 @@ from .build import (
     tar_bytes_column,
     version_summary,
 )
-from .build import parse_size_option
 from ..errors import InputError, NeedsClassicSpark, WebDatasetError
 from ..format.names import KEY_COLUMN
+from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
+from ..format.sizes import spell_size
 from ..dataset.layout import Dataset
 
 if TYPE_CHECKING:
@@ -43,7 +44,11 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--input", required=True, help="a version directory, dataset root or shard pattern")
     parser.add_argument("--output", required=True, help="dataset root; writes ROOT/versions/VERSION/")
     parser.add_argument("--version", required=True)
-    parser.add_argument("--max-shard-bytes", default="3GiB")
+    parser.add_argument(
+        "--max-shard-bytes",
+        default=DEFAULT_MAX_SHARD_BYTES,
+        help=f"hard cap per shard, tar bytes (default {spell_size(DEFAULT_MAX_SHARD_BYTES)})",
+    )
     parser.add_argument("--max-samples-per-shard", type=int)
     parser.add_argument("--shard-multiple", type=int, help="make the shard count a multiple of N")
     parser.add_argument("--order", choices=("source", "hash"), default="source")
@@ -72,6 +77,7 @@ def reshard(spark: "SparkSession", args: argparse.Namespace) -> dict:
     from pyspark.sql import functions as F
 
     from ..spark.datasource import register
+    from ..spark.options import WriteOptions
 
     if args.shard_multiple and type(spark).__module__.startswith("pyspark.sql.connect"):
         raise NeedsClassicSpark(  # before a byte is read
@@ -79,7 +85,7 @@ def reshard(spark: "SparkSession", args: argparse.Namespace) -> dict:
             'with spark-submit ("$(python -m spark_webdataset.jobs.entry reshard.py)"), or drop --shard-multiple'
         )
     register(spark)
-    max_shard_bytes = parse_size_option(args.max_shard_bytes, "--max-shard-bytes")
+    max_shard_bytes = parse_max_shard_bytes(args.max_shard_bytes, "--max-shard-bytes")
     version = Dataset(args.output).version(args.version)
     target = version.uri
     version.check_writable()
@@ -101,10 +107,13 @@ def reshard(spark: "SparkSession", args: argparse.Namespace) -> dict:
         print(f"reshard: {rows} samples -> exactly {shards} shards (multiple of {multiple})", flush=True)
     else:
         arranged = order_samples(samples, partitions, args.order if args.order == "hash" else "source", args.seed)
-    writer = arranged.write.format("webdataset").option("maxShardBytes", str(writer_cap)).mode("overwrite")
-    if args.max_samples_per_shard and not args.shard_multiple:
-        writer = writer.option("maxSamplesPerShard", str(args.max_samples_per_shard))
-    writer.save(target)
+    options = WriteOptions(
+        path=target,
+        max_shard_bytes=writer_cap,
+        max_samples_per_shard=None if args.shard_multiple else args.max_samples_per_shard or None,
+    )
+    # Spark options are strings: the typed values, spelt out
+    arranged.write.format("webdataset").options(**options.spark_options()).mode("overwrite").save(target)
     manifest = version.read_manifest()
     assert manifest is not None
     if manifest.samples != rows:

@@ -1,4 +1,10 @@
-"""The writer's options, parsed once on the driver so bad values fail before any task."""
+"""The data source's options, each parsed here once into a typed value.
+
+Write options are parsed on the driver so bad values fail before any task;
+read options when the reader is planned. A job that hands options to the
+data source builds the typed value and turns it into Spark's strings at that
+one boundary (`WriteOptions.spark_options`); `parse` reads them back.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,10 @@ from typing import Any, Mapping
 
 from ..errors import BadOption
 from ..format.checksums import CHECKSUMS, CRC32C
-from ..format.shard_writer import MIN_SHARD_BYTES
-from ..format.sizes import parse_size
+from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
 from ..format.ustar import MAX_USTAR_SIZE
+from ..dataset.lock import DEFAULT_LEASE_SECONDS
 
-DEFAULT_MAX_SHARD_BYTES = 3 * 1024**3
 # Test-only: inject a task failure ("raise" or "exit") into the first attempt
 # of the listed partitions, e.g. "exit:0,1". Never set it in production.
 TEST_FAULT_OPTION = "_testfault"
@@ -21,7 +26,6 @@ TEST_COMMIT_DELAY_OPTION = "_testcommitdelay"
 TEST_COMMIT_PAUSE_OPTION = "_testcommitpause"
 # The commit lock's lease: how long a dead committer blocks the next one.
 COMMIT_LEASE_OPTION = "commitleaseseconds"
-DEFAULT_COMMIT_LEASE_SECONDS = 120.0
 _KNOWN = {
     "path",
     "maxshardbytes",
@@ -82,7 +86,7 @@ class WriteOptions:
     mtime: int = 0
     allow_pax: bool = False
     checksum: str = CRC32C  # crc32c always; "sha256" computes and records sha256 as well
-    commit_lease_seconds: float = DEFAULT_COMMIT_LEASE_SECONDS
+    commit_lease_seconds: float = DEFAULT_LEASE_SECONDS
     test_fault: str | None = None
     test_commit_delay: float = 0.0
     test_commit_pause: float = 0.0
@@ -99,30 +103,36 @@ class WriteOptions:
         path = lowered.get("path")
         if not path:
             raise BadOption("no path: call .save(uri) with the version directory to write")
-        try:
-            max_bytes = parse_size(lowered.get("maxshardbytes", DEFAULT_MAX_SHARD_BYTES), "maxShardBytes")
-        except ValueError as error:
-            raise BadOption(str(error)) from None
-        if max_bytes < MIN_SHARD_BYTES:
-            raise BadOption(
-                f"option maxShardBytes={lowered.get('maxshardbytes')} is smaller than one tar header "
-                f"plus the end-of-archive blocks ({MIN_SHARD_BYTES} bytes)"
-            )
+        max_bytes = parse_max_shard_bytes(lowered.get("maxshardbytes", cls.max_shard_bytes))
         max_samples = lowered.get("maxsamplespershard")
         return cls(
             path=path.rstrip("/"),
             max_shard_bytes=max_bytes,
             max_samples_per_shard=parse_int("maxSamplesPerShard", max_samples, 1) if max_samples else None,
-            mtime=parse_int("mtime", lowered.get("mtime", "0"), 0, MAX_USTAR_SIZE),
-            allow_pax=parse_bool("allowPax", lowered.get("allowpax", "false")),
-            checksum=parse_choice("checksum", lowered.get("checksum", CRC32C), CHECKSUMS),
+            mtime=parse_int("mtime", lowered.get("mtime", cls.mtime), 0, MAX_USTAR_SIZE),
+            allow_pax=parse_bool("allowPax", lowered.get("allowpax", cls.allow_pax)),
+            checksum=parse_choice("checksum", lowered.get("checksum", cls.checksum), CHECKSUMS),
             commit_lease_seconds=parse_seconds(
-                "commitLeaseSeconds", lowered.get(COMMIT_LEASE_OPTION, DEFAULT_COMMIT_LEASE_SECONDS)
+                "commitLeaseSeconds", lowered.get(COMMIT_LEASE_OPTION, cls.commit_lease_seconds)
             ),
             test_fault=lowered.get(TEST_FAULT_OPTION),
             test_commit_delay=parse_seconds("_testCommitDelay", lowered.get(TEST_COMMIT_DELAY_OPTION, 0)),
             test_commit_pause=parse_seconds("_testCommitPause", lowered.get(TEST_COMMIT_PAUSE_OPTION, 0)),
         )
+
+    def spark_options(self) -> dict[str, str]:
+        """These values as Spark options (strings; `parse` reads them back to the same values).
+        Without the path: `.save(path)` gives it."""
+        options = {
+            "maxShardBytes": str(self.max_shard_bytes),
+            "mtime": str(self.mtime),
+            "allowPax": str(self.allow_pax).lower(),
+            "checksum": self.checksum,
+            "commitLeaseSeconds": repr(self.commit_lease_seconds),
+        }
+        if self.max_samples_per_shard is not None:
+            options["maxSamplesPerShard"] = str(self.max_samples_per_shard)
+        return options
 
     def manifest_options(self) -> dict[str, Any]:
         """What shapes the bytes (and the manifest's checksums); recorded in the manifest."""
@@ -166,3 +176,80 @@ class StreamOptions:
             checkpoint=checkpoint,
             test_after_commit_pause=parse_seconds("_testAfterCommitPause", pause),
         )
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    path: str
+    skip_bad_shards: bool = False
+    bad_shards_dir: str | None = None
+    keys: "KeyRange | None" = None
+
+    @classmethod
+    def parse(cls, options) -> "ReadOptions":
+        lowered = {str(k).lower(): v for k, v in options.items()}
+        known = {"path", "paths", "skipbadshards", "badshardsdir", "keymin", "keymax", "keyprefix"}
+        unknown = sorted(set(lowered) - known)
+        if unknown:
+            raise BadOption(
+                f"unknown read option(s) {', '.join(unknown)} for format webdataset "
+                "(known: skipBadShards, badShardsDir, keyMin, keyMax, keyPrefix)"
+            )
+        path = lowered.get("path")
+        if not path:
+            raise BadOption("no path: call .load(uri) with a version directory, dataset root or shard pattern")
+        skip = parse_bool("skipBadShards", lowered.get("skipbadshards", cls.skip_bad_shards))
+        bounds = KeyRange(lowered.get("keymin"), lowered.get("keymax"), lowered.get("keyprefix"))
+        return cls(
+            path=path,
+            skip_bad_shards=skip,
+            bad_shards_dir=lowered.get("badshardsdir"),
+            keys=bounds if bounds.limited else None,
+        )
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """The reader's key options: keyMin <= key <= keyMax, key starting with keyPrefix.
+
+    Options, not pushed filters: pyspark 4.2 keeps the partitions planned
+    for one query's pushed filters on the DataFrame and reuses them for its
+    next query that pushes none, so pruning by `where()` would silently drop
+    rows (`df.where(key = x).count()` then `df.count()`). Options belong to
+    the DataFrame: every query of it reads the same range. Python orders str
+    by code point, the order of their UTF-8 bytes, Spark's string order.
+    """
+
+    minimum: str | None = None
+    maximum: str | None = None
+    prefix: str | None = None
+
+    @property
+    def limited(self) -> bool:
+        return any(bound is not None for bound in (self.minimum, self.maximum, self.prefix))
+
+    def may_hold(self, first: str, last: str) -> bool:
+        """May a shard holding only keys in [first, last] hold a key in the range?"""
+        if self.minimum is not None and last < self.minimum:
+            return False
+        if self.maximum is not None and first > self.maximum:
+            return False
+        if self.prefix is not None:
+            # a first key above the prefix that does not start with it is above every key that does
+            return last >= self.prefix and (first < self.prefix or first.startswith(self.prefix))
+        return True
+
+    def mask(self, keys: "pyarrow.Array") -> "pyarrow.Array":  # noqa: F821
+        """Which of these keys are in the range (vectorized)."""
+        import functools
+
+        import pyarrow.compute as pc
+
+        conditions = []  # a KeyRange is built only when limited: at least one
+        if self.minimum is not None:
+            conditions.append(pc.greater_equal(keys, self.minimum))
+        if self.maximum is not None:
+            conditions.append(pc.less_equal(keys, self.maximum))
+        if self.prefix is not None:
+            conditions.append(pc.starts_with(keys, self.prefix))
+        return functools.reduce(pc.and_, conditions)

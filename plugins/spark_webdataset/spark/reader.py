@@ -23,88 +23,11 @@ from ..format.manifest import Manifest, ShardEntry
 from ..format.names import KEY_COLUMN
 from ..dataset.layout import Dataset, Version
 from ..storage import storage_for
-from .options import parse_bool
+from .options import KeyRange, ReadOptions  # noqa: F401 - ReadOptions, KeyRange: the read options, parsed there
 
 log = logging.getLogger(__name__)
 URL_COLUMN = "__url__"
 INFER_SAMPLES = 1000
-
-
-@dataclass(frozen=True)
-class ReadOptions:
-    path: str
-    skip_bad_shards: bool = False
-    bad_shards_dir: str | None = None
-    keys: "KeyRange | None" = None
-
-    @classmethod
-    def parse(cls, options) -> "ReadOptions":
-        lowered = {str(k).lower(): v for k, v in options.items()}
-        known = {"path", "paths", "skipbadshards", "badshardsdir", "keymin", "keymax", "keyprefix"}
-        unknown = sorted(set(lowered) - known)
-        if unknown:
-            raise BadOption(
-                f"unknown read option(s) {', '.join(unknown)} for format webdataset "
-                "(known: skipBadShards, badShardsDir, keyMin, keyMax, keyPrefix)"
-            )
-        path = lowered.get("path")
-        if not path:
-            raise BadOption("no path: call .load(uri) with a version directory, dataset root or shard pattern")
-        skip = parse_bool("skipBadShards", lowered.get("skipbadshards", "false"))
-        bounds = KeyRange(lowered.get("keymin"), lowered.get("keymax"), lowered.get("keyprefix"))
-        return cls(
-            path=path,
-            skip_bad_shards=skip,
-            bad_shards_dir=lowered.get("badshardsdir"),
-            keys=bounds if bounds.limited else None,
-        )
-
-
-@dataclass(frozen=True)
-class KeyRange:
-    """The reader's key options: keyMin <= key <= keyMax, key starting with keyPrefix.
-
-    Options, not pushed filters: pyspark 4.2 keeps the partitions planned
-    for one query's pushed filters on the DataFrame and reuses them for its
-    next query that pushes none, so pruning by `where()` would silently drop
-    rows (`df.where(key = x).count()` then `df.count()`). Options belong to
-    the DataFrame: every query of it reads the same range. Python orders str
-    by code point, the order of their UTF-8 bytes, Spark's string order.
-    """
-
-    minimum: str | None = None
-    maximum: str | None = None
-    prefix: str | None = None
-
-    @property
-    def limited(self) -> bool:
-        return any(bound is not None for bound in (self.minimum, self.maximum, self.prefix))
-
-    def may_hold(self, first: str, last: str) -> bool:
-        """May a shard holding only keys in [first, last] hold a key in the range?"""
-        if self.minimum is not None and last < self.minimum:
-            return False
-        if self.maximum is not None and first > self.maximum:
-            return False
-        if self.prefix is not None:
-            # a first key above the prefix that does not start with it is above every key that does
-            return last >= self.prefix and (first < self.prefix or first.startswith(self.prefix))
-        return True
-
-    def mask(self, keys: "pyarrow.Array") -> "pyarrow.Array":  # noqa: F821
-        """Which of these keys are in the range (vectorized)."""
-        import functools
-
-        import pyarrow.compute as pc
-
-        conditions = []  # a KeyRange is built only when limited: at least one
-        if self.minimum is not None:
-            conditions.append(pc.greater_equal(keys, self.minimum))
-        if self.maximum is not None:
-            conditions.append(pc.less_equal(keys, self.maximum))
-        if self.prefix is not None:
-            conditions.append(pc.starts_with(keys, self.prefix))
-        return functools.reduce(pc.and_, conditions)
 
 
 def _expand_braces(pattern: str) -> list[str]:
