@@ -28,6 +28,9 @@ os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = '{"conn_type": "spark", "host": "local[2]"}'
 os.environ["SPARK_WEBDATASET_DATASETS"] = str(REPO / "datasets")  # the repo's configs, whatever the shell says
+# Test faults (spark_webdataset.testing.faults.installed) go through this file: named before the
+# SparkSession starts, so the JVM, its Python workers and every spark-submit child read it.
+os.environ["SPARK_WEBDATASET_FAULTS_FILE"] = os.path.join(tempfile.mkdtemp(prefix="faults-"), "faults.json")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

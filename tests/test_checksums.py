@@ -24,6 +24,7 @@ from spark_webdataset.errors import BadOption, ChecksumMismatch, from_spark
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.dataset.validate import validate_version
+from spark_webdataset.testing import faults
 
 SAMPLES = 60
 
@@ -194,7 +195,7 @@ def test_on_gcs_a_commit_fails_when_the_server_crc32c_differs_naming_the_shard(s
     # A real fault on the real emulator, no monkeypatching: after the task has uploaded its shard
     # (its keys file, written after the shard is closed, is there), the staged object is replaced on
     # the server by bytes with one byte flipped, while the commit waits under its lock
-    # (_testCommitDelay). The commit then finds a server crc32c that is not the one the task computed.
+    # (fault point commit:manifest-read sleeps). The commit then finds a server crc32c that is not the one the task computed.
     from spark_webdataset.storage.gcs import client, split
 
     version = f"{bucket}/data/versions/v1"
@@ -221,7 +222,8 @@ def test_on_gcs_a_commit_fails_when_the_server_crc32c_differs_naming_the_shard(s
     thread.start()
     try:
         with pytest.raises(Exception) as caught:
-            write(spark, version, partitions=1, maxShardBytes="1MiB", _testCommitDelay="4")
+            with faults.installed({"commit:manifest-read": {"action": "sleep", "seconds": 4}}):
+                write(spark, version, partitions=1, maxShardBytes="1MiB")
     finally:
         done.set()
         thread.join(30)

@@ -20,6 +20,7 @@ from dataset_dags import dagbag_of, dataset_dag, write_config
 from spark_webdataset.dataset.catalog import describe
 from spark_webdataset.dataset.publish import PublishRefused, publish, read_latest
 from spark_webdataset.dataset.validate import validate_version
+from spark_webdataset.testing import faults
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -152,18 +153,19 @@ def test_spark_job_killed_mid_write_leaves_no_visible_version(
         str(REPO / "jobs" / "build_webdataset.py"), "--source", digits_source, "--output", str(root),
         "--version", "killed", "--key", "format_string('%06d', id)", "--field", "png=image",
         "--field", "cls=label", "--max-shard-bytes", "64KiB",
-        "--write-option", "_testFault=pause:600",  # each task stops after its first batch: killed mid-write
     ]  # fmt: skip
-    job = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 240
-    try:
-        while not list(version_dir.glob("_staging/*/*/*.tar")):
-            assert job.poll() is None, "the job ended before it was killed"
-            assert time.monotonic() < deadline, "no staged shard appeared"
-            time.sleep(0.05)
-    finally:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
+    # each task stops after its first batch: killed mid-write
+    with faults.installed({"task:batch-written": {"action": "sleep", "seconds": 600, "attempts": [0]}}):
+        job = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 240
+        try:
+            while not list(version_dir.glob("_staging/*/*/*.tar")):
+                assert job.poll() is None, "the job ended before it was killed"
+                assert time.monotonic() < deadline, "no staged shard appeared"
+                time.sleep(0.05)
+        finally:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
     assert not (version_dir / "_manifest.json").exists()
     assert not validate_version(str(version_dir), write_report=False).ok
     with pytest.raises(PublishRefused):

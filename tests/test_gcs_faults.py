@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from spark_webdataset.testing import faults
 from spark_webdataset.testing.fault_proxy import FaultPlan, FaultProxy, FaultRule, gcs_through, use_gcs_endpoint
 from helpers import failed_task_attempts
 from spark_webdataset.airflow.pipeline import publish_step, validate_step
@@ -91,17 +92,18 @@ def test_writer_killed_mid_upload_leaves_nothing_under_a_final_name(bucket, gcs_
     # one sample a shard: a task's first batch finishes (uploads) many staged shards, then the task
     # stops with the next upload open and the kill lands mid-upload
     args = ["--source", digits_source, "--output", root, "--version", "v", "--key", "format_string('%06d', id)",
-            "--field", "png=image", "--max-samples-per-shard", "1", "--write-option", "_testFault=pause:600"]  # fmt: skip
-    job = spark_submit(args, gcs_emulator.url, wait=False)
-    deadline = time.monotonic() + 240
-    try:
-        while not any(b.name.endswith(".tar") for b in storage_client_blobs(root)):
-            assert job.poll() is None, "the job ended before it was killed"
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-    finally:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
+            "--field", "png=image", "--max-samples-per-shard", "1"]  # fmt: skip
+    with faults.installed({"task:batch-written": {"action": "sleep", "seconds": 600, "attempts": [0]}}):
+        job = spark_submit(args, gcs_emulator.url, wait=False)
+        deadline = time.monotonic() + 240
+        try:
+            while not any(b.name.endswith(".tar") for b in storage_client_blobs(root)):
+                assert job.poll() is None, "the job ended before it was killed"
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        finally:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
     names = [b.name for b in storage_client_blobs(root)]
     # staged objects only, and our writer's mark (the version reads as "not committed")
     assert names and all("/_staging/" in name or name.endswith("/_WEBDATASET") for name in names), names
@@ -118,9 +120,10 @@ def storage_client_blobs(root: str):
 def test_retried_task_on_gcs_keeps_exactly_the_samples(spark, bucket) -> None:
     target = f"{bucket}/retry/versions/v"
     frame = spark.range(0, 300, numPartitions=3).selectExpr("format_string('k%04d', id) AS __key__", "id AS cls")
-    writer = frame.write.format("webdataset").option("maxSamplesPerShard", 50).option("_testFault", "exit:1")
-    # Spark's own count: partition 1's first attempt died with its worker, and was retried
-    assert failed_task_attempts(spark, lambda: writer.mode("overwrite").save(target)) == 1
+    writer = frame.write.format("webdataset").option("maxSamplesPerShard", 50)
+    with faults.installed({"task:batch-written": {"action": "exit", "partitions": [1], "attempts": [0]}}):
+        # Spark's own count: partition 1's first attempt died with its worker, and was retried
+        assert failed_task_attempts(spark, lambda: writer.mode("overwrite").save(target)) == 1
     storage = storage_for(target)
     names = sorted(storage.list_sizes(target))
     assert names == ["_WEBDATASET", "_manifest.json"] + [f"shard-{i:06d}.tar" for i in range(6)]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from spark_webdataset.errors import DuplicateKey, from_spark
+from spark_webdataset.testing import faults
 
 from helpers import assert_version_consistent, failed_task_attempts, manifest, shard_paths
 
@@ -28,19 +29,15 @@ def read_keys(directory) -> list[str]:
     return [s["__key__"] for s in wds.WebDataset([str(p) for p in shard_paths(directory)], shardshuffle=False)]
 
 
-@pytest.mark.parametrize("fault, failed", [("raise:0,2", 2), ("exit:1", 1)])
-def test_retried_task_gives_exactly_the_input(spark, tmp_path, fault: str, failed: int) -> None:
+@pytest.mark.parametrize("action, partitions", [("raise", [0, 2]), ("exit", [1])])
+def test_retried_task_gives_exactly_the_input(spark, tmp_path, action: str, partitions: list[int]) -> None:
     """local[2,2]: the first attempt fails (an exception, or a worker that dies), the retry succeeds."""
     target = tmp_path / "v"
-    writer = (
-        keyed_frame(spark)
-        .write.format("webdataset")
-        .option("maxShardBytes", "64KiB")
-        .option("_testFault", fault)
-        .mode("overwrite")
-    )
-    # Spark's own count: the first attempt of each faulted partition failed, and was retried
-    assert failed_task_attempts(spark, lambda: writer.save(str(target))) == failed
+    writer = keyed_frame(spark).write.format("webdataset").option("maxShardBytes", "64KiB").mode("overwrite")
+    fault = {"task:batch-written": {"action": action, "partitions": partitions, "attempts": [0]}}
+    with faults.installed(fault):
+        # Spark's own count: the first attempt of each faulted partition failed, and was retried
+        assert failed_task_attempts(spark, lambda: writer.save(str(target))) == len(partitions)
     assert_version_consistent(target, 64 * 1024)
     keys = read_keys(target)
     assert sorted(keys) == [f"s{i:05d}" for i in range(600)]

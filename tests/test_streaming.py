@@ -1,9 +1,9 @@
 """`writeStream.format("webdataset")`: each micro-batch committed exactly once.
 
 The kill test runs the query in a driver process of its own and SIGKILLs
-it twice: in the middle of a micro-batch (tasks paused by the test-only
-writer fault) and between a batch's commit and Spark's checkpoint of it
-(the test-only after-commit pause); a third driver (this session's)
+it twice: in the middle of a micro-batch (tasks paused at the writer's
+fault point task:batch-written) and between a batch's commit and Spark's
+checkpoint of it (paused at stream:committed); a third driver (this session's)
 restarts from the checkpoint. Every input row must then be in the
 version exactly once and `spark-webdataset validate` must pass.
 """
@@ -22,6 +22,7 @@ import pytest
 
 from helpers import assert_version_consistent, manifest
 from spark_webdataset.errors import BadOption, DuplicateKey, InvalidKey, from_spark
+from spark_webdataset.testing import faults
 from streaming_driver import SCHEMA, stream
 
 pytestmark = pytest.mark.slow
@@ -181,13 +182,16 @@ def test_exactly_once_after_the_driver_is_killed_mid_batch_and_between_commit_an
         _add_file(source, f"{number}.json", _keys(100 * number, 40 + number))
 
     # 1. killed in the middle of batch 0: its tasks staged part of a shard and wait
-    driver = _start_driver(source, version, checkpoint, log, _testFault="pause:600")
-    _kill_when(driver, lambda: any((version / "_staging").rglob("*.tar")), log)
+    with faults.installed({"task:batch-written": {"action": "sleep", "seconds": 600, "attempts": [0]}}):
+        driver = _start_driver(source, version, checkpoint, log)
+        _kill_when(driver, lambda: any((version / "_staging").rglob("*.tar")), log)
     assert not (version / "_manifest.json").exists()
 
     # 2. killed after batch 0's commit, before Spark checkpointed it
-    driver = _start_driver(source, version, checkpoint, log, _testAfterCommitPause="600")
-    _kill_when(driver, lambda: (version / "_manifest.json").exists() and _streams(version) == {str(checkpoint): 0}, log)
+    with faults.installed({"stream:committed": {"action": "sleep", "seconds": 600}}):
+        driver = _start_driver(source, version, checkpoint, log)
+        committed = lambda: (version / "_manifest.json").exists() and _streams(version) == {str(checkpoint): 0}  # noqa: E731
+        _kill_when(driver, committed, log)
     assert not (checkpoint / "commits" / "0").exists()
     assert manifest(version)["run"]["commits"] == 1
 

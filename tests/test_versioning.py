@@ -2,8 +2,9 @@
 
 Real Spark writes, real publish/validate, local disk and the GCS emulator.
 Faults are injected only where the real part cannot fail on demand: the
-test-only commit options (_testFault=exit:commit, _testCommitPause,
-_testCommitDelay) and, for dead staging, file times set back.
+commit's fault points (spark_webdataset.testing.faults: the committer exits
+after its renames, sleeps there, or sleeps under its lock) and, for dead
+staging, file times set back.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from spark_webdataset.dataset.layout import Dataset, Version
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.spark.reader import resolve
 from spark_webdataset.dataset.validate import validate_version
+from spark_webdataset.testing import faults
 
 pytestmark = pytest.mark.slow
 
@@ -113,7 +115,8 @@ def test_a_crash_inside_the_commit_is_refused_by_readers_and_repaired_by_the_nex
     # The commit's process dies after the old manifest is gone and the new shards are renamed.
     raised_error = None
     try:
-        write(frame(spark, 0, 12, prefix="new"), target, maxSamplesPerShard=5, commitLeaseSeconds=1, _testFault="exit:commit")
+        with faults.installed({"commit:renamed": {"action": "exit"}}):
+            write(frame(spark, 0, 12, prefix="new"), target, maxSamplesPerShard=5, commitLeaseSeconds=1)
     except Exception as error:  # noqa: BLE001 - Spark reports the dead Python worker its own way
         raised_error = error
     assert raised_error is not None
@@ -148,7 +151,8 @@ def test_a_reader_polling_an_overwrite_sees_old_new_or_not_committed(spark, tmp_
     poller = threading.Thread(target=poll)
     poller.start()
     try:
-        write(frame(spark, 0, 1000, prefix="new", partitions=2), target, maxSamplesPerShard=1, _testCommitPause=0.5)
+        with faults.installed({"commit:renamed": {"action": "sleep", "seconds": 0.5}}):
+            write(frame(spark, 0, 1000, prefix="new", partitions=2), target, maxSamplesPerShard=1)
     finally:
         stop.set()
         poller.join()
@@ -177,15 +181,16 @@ def test_overlapping_appends_lose_nothing(spark, tmp_path, where, request) -> No
         try:
             # Spark looks Python data sources up in the thread's active session: set it in this thread.
             spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
-            write(frame(spark, 0, 20, prefix=prefix), target, mode="append", maxSamplesPerShard=7, _testCommitDelay=2)
+            write(frame(spark, 0, 20, prefix=prefix), target, mode="append", maxSamplesPerShard=7)
         except BaseException as error:  # noqa: BLE001
             errors.append(error)
 
     jobs = [threading.Thread(target=append, args=(prefix,)) for prefix in ("one", "two")]
-    for job in jobs:
-        job.start()
-    for job in jobs:
-        job.join()
+    with faults.installed({"commit:manifest-read": {"action": "sleep", "seconds": 2}}):  # the commits overlap
+        for job in jobs:
+            job.start()
+        for job in jobs:
+            job.join()
     assert errors == [], [str(e)[:3000] for e in errors]
     manifest = Version.at(target).read_manifest()
     assert manifest is not None and manifest.samples == 50

@@ -17,13 +17,6 @@ from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
 from ..format.ustar import MAX_USTAR_SIZE
 from ..dataset.lock import DEFAULT_LEASE_SECONDS
 
-# Test-only: inject a task failure ("raise" or "exit") into the first attempt
-# of the listed partitions, e.g. "exit:0,1". Never set it in production.
-TEST_FAULT_OPTION = "_testfault"
-# Test-only: sleep this many seconds inside the commit (under its lock), so two commits overlap.
-TEST_COMMIT_DELAY_OPTION = "_testcommitdelay"
-# Test-only: sleep this many seconds between the commit's renames and its manifest write.
-TEST_COMMIT_PAUSE_OPTION = "_testcommitpause"
 # The commit lock's lease: how long a dead committer blocks the next one.
 COMMIT_LEASE_OPTION = "commitleaseseconds"
 _KNOWN = {
@@ -34,9 +27,6 @@ _KNOWN = {
     "allowpax",
     "checksum",
     COMMIT_LEASE_OPTION,
-    TEST_FAULT_OPTION,
-    TEST_COMMIT_DELAY_OPTION,
-    TEST_COMMIT_PAUSE_OPTION,
 }
 
 
@@ -87,9 +77,6 @@ class WriteOptions:
     allow_pax: bool = False
     checksum: str = CRC32C  # crc32c always; "sha256" computes and records sha256 as well
     commit_lease_seconds: float = DEFAULT_LEASE_SECONDS
-    test_fault: str | None = None
-    test_commit_delay: float = 0.0
-    test_commit_pause: float = 0.0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "WriteOptions":
@@ -115,9 +102,6 @@ class WriteOptions:
             commit_lease_seconds=parse_seconds(
                 "commitLeaseSeconds", lowered.get(COMMIT_LEASE_OPTION, cls.commit_lease_seconds)
             ),
-            test_fault=lowered.get(TEST_FAULT_OPTION),
-            test_commit_delay=parse_seconds("_testCommitDelay", lowered.get(TEST_COMMIT_DELAY_OPTION, 0)),
-            test_commit_pause=parse_seconds("_testCommitPause", lowered.get(TEST_COMMIT_PAUSE_OPTION, 0)),
         )
 
     def spark_options(self) -> dict[str, str]:
@@ -146,9 +130,6 @@ class WriteOptions:
 
 
 CHECKPOINT_OPTION = "checkpointlocation"
-# Test-only: sleep this many seconds after a micro-batch's commit, before Spark records it in
-# the checkpoint, so a test can kill the driver exactly there.
-TEST_AFTER_COMMIT_PAUSE_OPTION = "_testaftercommitpause"
 
 
 @dataclass(frozen=True)
@@ -158,7 +139,6 @@ class StreamOptions:
 
     write: WriteOptions
     checkpoint: str
-    test_after_commit_pause: float = 0.0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "StreamOptions":
@@ -170,12 +150,7 @@ class StreamOptions:
                 "and the manifest records its last committed batch so a replayed batch commits nothing twice "
                 "(df.writeStream.format('webdataset').option('checkpointLocation', uri).start(path))"
             )
-        pause = lowered.pop(TEST_AFTER_COMMIT_PAUSE_OPTION, 0)
-        return cls(
-            write=WriteOptions.parse(lowered),
-            checkpoint=checkpoint,
-            test_after_commit_pause=parse_seconds("_testAfterCommitPause", pause),
-        )
+        return cls(write=WriteOptions.parse(lowered), checkpoint=checkpoint)
 
 
 @dataclass(frozen=True)

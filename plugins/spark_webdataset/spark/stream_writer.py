@@ -13,7 +13,6 @@ rewrites what an earlier batch committed.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Iterator, List, Mapping, Optional
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
@@ -21,6 +20,7 @@ from pyspark.sql.types import StructType
 
 from ..errors import BadOption
 from ..dataset.commit import StreamBatch, commit_job, journal_job
+from ..testing import faults
 from .options import StreamOptions
 from .writer import WebDatasetCommitMessage, WebDatasetWriter
 
@@ -52,8 +52,7 @@ class WebDatasetStreamWriter(DataSourceStreamArrowWriter):
                 "webdataset: stream batch %d committed; %s holds %d shards, %d samples",
                 batchId, self.options.write.path, len(manifest.shards), manifest.samples,
             )
-        if self.options.test_after_commit_pause:
-            time.sleep(self.options.test_after_commit_pause)  # test-only: the kill lands before Spark's checkpoint
+        faults.point("stream:committed", batch=batchId)  # a test kills the driver here: before Spark's checkpoint
 
     def abort(self, messages: List[Optional[WebDatasetCommitMessage]], batchId: int) -> None:
         """The batch failed before its commit: what its tasks staged goes (late siblings' files

@@ -9,7 +9,6 @@ driver are kept. `commit()` alone decides what becomes final (see
 from __future__ import annotations
 
 import logging
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from ..format.shard_writer import ShardInfo
 from ..dataset.layout import STAGED_KEYS_NAME, WRITER_MARK, Version, staged_shard_name
 from .options import WriteOptions
 from ..dataset.staging import clean_dead_staging, remove_staging, write_lease
+from ..testing import faults
 
 if TYPE_CHECKING:
     from ..dataset.commit import CommitRequest
@@ -172,7 +172,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
                 writer.write_batch(key_column, columns)
                 keys.add(key_column)
                 batches += 1
-                self._maybe_inject_fault(partition, attempt)
+                faults.point("task:batch-written", partition=partition, attempt=attempt)
             shards = writer.close()
             keys_path = storage.join(staging, STAGED_KEYS_NAME)
             sorted_keys = keys.sorted()
@@ -193,27 +193,12 @@ class WebDatasetWriter(DataSourceArrowWriter):
             keys_ascending=keys.arrived_sorted,
         )
 
-    def _maybe_inject_fault(self, partition: int, attempt: int) -> None:
-        """Test-only fault (option _testFault="raise:0,1", "exit:0" or "pause:SECONDS"), first attempt only."""
-        if not self.options.test_fault or attempt != 0:
-            return
-        mode, _, partitions = self.options.test_fault.partition(":")
-        if mode == "pause":  # hold the task mid-write so a test can kill the job there
-            time.sleep(float(partitions))
-            return
-        if partitions and str(partition) not in partitions.split(","):
-            return
-        if mode == "exit":
-            os._exit(17)  # a worker that dies leaves its staged files behind
-        raise RuntimeError(f"injected test fault in partition {partition}, attempt {attempt}")
-
     # -- driver -----------------------------------------------------------
 
     def commit_request(self, messages: List[Optional[WebDatasetCommitMessage]], stream=None) -> "CommitRequest":
         """The plain value the commit protocol takes (it knows nothing of Spark)."""
         from ..dataset.commit import CommitRequest
 
-        self._install_commit_faults()
         return CommitRequest(
             version_uri=self.options.path,
             job_id=self.job_id,
@@ -225,23 +210,6 @@ class WebDatasetWriter(DataSourceArrowWriter):
             lease_seconds=self.options.commit_lease_seconds,
             stream=stream,
         )
-
-    def _install_commit_faults(self) -> None:
-        """Test-only options (_testFault=exit:commit, _testCommitPause=S, _testCommitDelay=S) act
-        at the commit's fault points, in the driver's process that runs the commit."""
-        from ..testing import faults
-
-        if self.options.test_commit_delay:
-            faults.install("commit:manifest-read", f"sleep:{self.options.test_commit_delay}")
-        if self.options.test_commit_pause or self.options.test_fault == "exit:commit":
-            pause, exits = self.options.test_commit_pause, self.options.test_fault == "exit:commit"
-
-            def fault() -> None:
-                time.sleep(pause)
-                if exits:
-                    os._exit(17)  # the driver's commit process dies inside the commit
-
-            faults.install("commit:renamed", fault)
 
     def commit(self, messages: List[Optional[WebDatasetCommitMessage]]) -> None:
         from ..dataset.commit import commit_job

@@ -1,25 +1,46 @@
-"""Named points in the commit protocol where a test can make the process fail or freeze.
+"""Named points in the product where a test can make the process fail or freeze.
 
-The product calls `point("commit:journal-written")` at each step; it does
-nothing unless a test installed an action for that name, in this process
-(`install`) or in a process it starts (the environment variable
-`SPARK_WEBDATASET_FAULTS="commit:renamed-one=stop,publish:sealed=exit"`).
-Each action runs the first time its point is reached, once per process
-(a point inside parallel renames is reached by several threads). Actions:
-`stop` freezes the whole process with SIGSTOP at that point (a GC
+The product calls `point("commit:journal-written")` at each step (a task's
+points with their context: `point("task:batch-written", partition=3,
+attempt=0)`); it does nothing unless a test installed an action for that
+name. Three ways to install one:
+
+- `install(name, action)`: in this process only; runs once.
+- the environment variable `SPARK_WEBDATASET_FAULTS="commit:renamed-one=stop,publish:sealed=exit"`
+  in a process the test starts; each runs once in that process.
+- `with installed({"task:batch-written": {"action": "raise", "partitions": [0, 1], "attempts": [0]}}):`
+  writes the JSON file named by `SPARK_WEBDATASET_FAULTS_FILE`, which every
+  process reads: the test's, Spark's JVM and Python workers started long
+  before (they inherit the variable, not the file's contents), spark-submit
+  children. tests/conftest.py sets the variable before its SparkSession
+  starts. A point re-reads the file only when it changed (one stat a call,
+  nothing at all when the variable is unset: the product's path). Such a
+  fault runs every time its point is reached with a matching context:
+  a condition `partitions: [0, 1]` (or `attempts`, or any `<name>s`) holds
+  when the point's context `partition` (`<name>`) is in the list, and never
+  at a point without that context.
+
+Actions: `stop` freezes the whole process with SIGSTOP at that point (a GC
 pause or a stopped VM, resumed by the test's SIGCONT), `exit` kills it
-(`os._exit(17)`), `raise` raises `InjectedFault`, `sleep:S` waits S seconds.
+(`os._exit(17)`: a worker or committer that dies leaves its files behind),
+`raise` raises `InjectedFault`, `sleep:S` (in the file also
+`{"action": "sleep", "seconds": S}`) waits S seconds.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
+import tempfile
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable, Iterator, Mapping
 
 ENV = "SPARK_WEBDATASET_FAULTS"
+FILE_ENV = "SPARK_WEBDATASET_FAULTS_FILE"
+_SPEC_KEYS = {"action", "seconds"}
 
 
 class InjectedFault(RuntimeError):
@@ -30,7 +51,7 @@ _installed: dict[str, Callable[[], None]] = {}
 _from_env: dict[str, str] | None = None
 
 
-def _action(spec: str) -> Callable[[], None]:
+def _action(spec: str, where: str = "injected test fault") -> Callable[[], None]:
     if spec == "stop":
         return lambda: os.kill(os.getpid(), signal.SIGSTOP)
     if spec == "exit":
@@ -38,7 +59,7 @@ def _action(spec: str) -> Callable[[], None]:
     if spec == "raise":
 
         def fail() -> None:
-            raise InjectedFault("injected test fault")
+            raise InjectedFault(where)
 
         return fail
     if spec.startswith("sleep:"):
@@ -56,23 +77,110 @@ def _environment() -> dict[str, str]:
 
 
 _lock = threading.Lock()
+_file_state: tuple[object, dict[str, dict[str, Any]]] = (None, {})
 
 
-def point(name: str) -> None:
-    """A step of the protocol was reached: run the action installed for it, if any (once)."""
-    if not _installed and not _environment():
-        return  # the product's path: a dict lookup, no lock
-    with _lock:
-        action = _installed.pop(name, None)
-        if action is None and name in _environment():
-            action = _action(_environment().pop(name))
-    if action is not None:
-        action()
+def _from_file(path: str) -> dict[str, dict[str, Any]]:
+    """The file's faults; read again only when the file changed (replaced: a new inode)."""
+    global _file_state
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return {}
+    key = (status.st_ino, status.st_mtime_ns, status.st_size)
+    if _file_state[0] != key:
+        with _lock:
+            with open(path, encoding="utf-8") as stream:
+                text = stream.read()
+            _file_state = (key, _checked(json.loads(text)) if text.strip() else {})
+    return _file_state[1]
+
+
+def _file_action(spec: Mapping[str, Any]) -> str:
+    action = str(spec["action"])
+    if action == "sleep":
+        action = f"sleep:{float(spec.get('seconds', 0))}"
+    return action
+
+
+def _checked(faults: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Faults as the file holds them: name -> {"action": ..., conditions}; an action alone may be a string."""
+    checked: dict[str, dict[str, Any]] = {}
+    for name, spec in faults.items():
+        spec = {"action": spec} if isinstance(spec, str) else dict(spec)
+        if "action" not in spec:
+            raise ValueError(f"fault {name!r}: no action (stop, exit, raise, sleep)")
+        _action(_file_action(spec))  # an unknown action fails when installed, not at the point
+        for condition, values in spec.items():
+            if condition not in _SPEC_KEYS and (not condition.endswith("s") or not isinstance(values, list)):
+                raise ValueError(f"fault {name!r}: condition {condition!r} must be a plural name with a list")
+        checked[name] = spec
+    return checked
+
+
+def _matches(spec: Mapping[str, Any], context: Mapping[str, Any]) -> bool:
+    for condition, values in spec.items():
+        if condition in _SPEC_KEYS:
+            continue
+        if condition[:-1] not in context or context[condition[:-1]] not in values:
+            return False
+    return True
+
+
+def point(name: str, **context: Any) -> None:
+    """A step was reached: run the action installed for it, if any."""
+    action = None
+    if _installed or _environment():
+        with _lock:
+            action = _installed.pop(name, None)
+            if action is None and name in _environment():
+                action = _action(_environment().pop(name))
+    if action is None:
+        path = os.environ.get(FILE_ENV)
+        if not path:
+            return  # the product's path: no file, nothing installed
+        spec = _from_file(path).get(name)
+        if spec is None or not _matches(spec, context):
+            return
+        where = f"injected test fault at {name}" + "".join(f", {k} {v}" for k, v in context.items())
+        action = _action(_file_action(spec), where)
+    action()
 
 
 def install(name: str, action: str | Callable[[], None]) -> None:
+    """In this process only, once."""
     _installed[name] = _action(action) if isinstance(action, str) else action
 
 
 def clear() -> None:
     _installed.clear()
+
+
+def _write(path: str, faults: Mapping[str, Any]) -> None:
+    """Replaced, never rewritten in place: a reader sees the old file or the new one, whole."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=directory, prefix=".faults-")
+    with os.fdopen(handle, "w", encoding="utf-8") as stream:
+        json.dump(faults, stream)
+    os.replace(temp, path)
+
+
+@contextlib.contextmanager
+def installed(faults: Mapping[str, Any]) -> Iterator[None]:
+    """These faults, for every process that reads `FILE_ENV`'s file, until the block ends.
+
+    Added to the faults installed already (the file's previous content comes back at the end).
+    Without the variable (a test run without tests/conftest.py) it names a new file: this
+    process and the processes it starts from now on see it.
+    """
+    path = os.environ.get(FILE_ENV)
+    if not path:
+        path = os.path.join(tempfile.mkdtemp(prefix="spark-webdataset-faults-"), "faults.json")
+        os.environ[FILE_ENV] = path
+    previous = dict(_from_file(path))
+    _write(path, {**previous, **_checked(faults)})
+    try:
+        yield
+    finally:
+        _write(path, previous)
