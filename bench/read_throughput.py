@@ -369,7 +369,8 @@ def measure(
 
 def direct_read(case: dict[str, Any], repeats: int) -> dict[str, Any]:
     """WebDatasetReader.read on the first shard: timed (best of `repeats`), then under cProfile."""
-    from spark_webdataset.spark.reader import ReadOptions, ShardPartition, WebDatasetReader, default_schema
+    from spark_webdataset.spark.options import ReadOptions
+    from spark_webdataset.spark.reader import ShardPartition, WebDatasetReader, default_schema
 
     version_dir = case["webdataset_dir"]
     schema = default_schema(ReadOptions(version_dir))
@@ -441,7 +442,8 @@ def upload_case(name: str, case: dict[str, Any]) -> str:
 
 def gcs_variants(spark: SparkSession, uri: str) -> dict[str, Callable[[], tuple[int, int]]]:
     """The gs:// runs of one case; each returns (samples, payload bytes) or (0, object bytes)."""
-    from spark_webdataset.spark.reader import ReadOptions, ShardPartition, WebDatasetReader, default_schema
+    from spark_webdataset.spark.options import ReadOptions
+    from spark_webdataset.spark.reader import ShardPartition, WebDatasetReader, default_schema
     from spark_webdataset.storage.gcs import client, split
 
     urls = shard_urls(uri)

@@ -16,7 +16,8 @@ import pyarrow as pa
 import pytest
 
 from spark_webdataset.errors import BadOption
-from spark_webdataset.spark.reader import KeyRange, ReadOptions, WebDatasetReader
+from spark_webdataset.spark.options import KeyRange, ReadOptions
+from spark_webdataset.spark.reader import WebDatasetReader
 
 
 @pytest.mark.parametrize(

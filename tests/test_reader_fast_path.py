@@ -223,7 +223,8 @@ def test_damage_and_broken_rules(case: str) -> None:
 def test_the_reader_names_the_shard_of_a_damaged_tar(tmp_path: Path) -> None:
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-    from spark_webdataset.spark.reader import ReadOptions, ShardPartition, WebDatasetReader
+    from spark_webdataset.spark.options import ReadOptions
+    from spark_webdataset.spark.reader import ShardPartition, WebDatasetReader
 
     path = tmp_path / "cut.tar"
     path.write_bytes((b"".join(member(f"k{i}.bin", b"b" * 3000) for i in range(50)) + END)[:-2000])

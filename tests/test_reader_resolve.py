@@ -14,7 +14,8 @@ import pytest
 
 from spark_webdataset.errors import BadOption, InputError, NotCommitted, TarFormatError
 from spark_webdataset.dataset.layout import WRITER_MARK, Version
-from spark_webdataset.spark.reader import ReadOptions, infer_fields, resolve
+from spark_webdataset.spark.options import ReadOptions
+from spark_webdataset.spark.reader import infer_fields, resolve
 
 
 def foreign_tar(path: Path, samples: dict[str, dict[str, bytes]]) -> str:

@@ -12,8 +12,9 @@ import pytest
 
 from spark_webdataset.format import ustar
 from spark_webdataset.format.encode import encode_column
-from spark_webdataset.format.names import WebDatasetError
-from spark_webdataset.format.sample_reader import TarFormatError, iter_samples
+from spark_webdataset.errors import WebDatasetError
+from spark_webdataset.errors import TarFormatError
+from spark_webdataset.format.sample_reader import iter_samples
 from spark_webdataset.format.shard_writer import ShardWriter
 
 

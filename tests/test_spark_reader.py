@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from spark_webdataset.spark.reader import ShardPartition, ReadOptions, WebDatasetReader
+from spark_webdataset.spark.options import ReadOptions
+from spark_webdataset.spark.reader import ShardPartition, WebDatasetReader
 
 pytestmark = pytest.mark.slow
 

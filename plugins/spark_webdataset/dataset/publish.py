@@ -27,11 +27,9 @@ from .layout import (
     Version,
     check_dataset_root,
     iso_utc,
-    natural_order,  # noqa: F401 - the order of versions lives in layout; importable from here as before
     parse_logical_date,
     record_order,
     timestamp_in_id,
-    version_order,  # noqa: F401
 )
 
 RECORD_KIND = "spark-webdataset-published-v1"

@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..errors import InvalidField, WebDatasetError  # noqa: F401 - WebDatasetError re-exported
+from ..errors import InvalidField
 
 KEY_COLUMN = "__key__"
 # Columns readers add or treat as metadata; a user column of this shape

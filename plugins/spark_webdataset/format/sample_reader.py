@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterator
 
-from ..errors import TarFormatError  # noqa: F401 - re-exported
 from . import tar_rules
 from .names import member_parts, split_member_name
 from .tar_rules import BLOCK, EXTENDED_TYPES, GNU_LONG_NAME_TYPE, PAX_TYPE, PAX_GLOBAL_TYPE, REGULAR_TYPES, ZERO_BLOCK

@@ -12,7 +12,8 @@ from typing import BinaryIO, Callable, Iterable
 
 from .checksums import Digests
 from .names import key_error
-from .sample_reader import TarFormatError, iter_samples
+from ..errors import TarFormatError
+from .sample_reader import iter_samples
 from .tar_rules import remaining
 from .scan import scan_shard
 

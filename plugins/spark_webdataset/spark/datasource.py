@@ -27,12 +27,14 @@ class WebDatasetDataSource(DataSource):
         return "webdataset"
 
     def schema(self) -> StructType:
-        from .reader import ReadOptions, default_schema
+        from .options import ReadOptions
+        from .reader import default_schema
 
         return default_schema(ReadOptions.parse(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from .reader import ReadOptions, WebDatasetReader
+        from .options import ReadOptions
+        from .reader import WebDatasetReader
 
         return WebDatasetReader(ReadOptions.parse(self.options), schema)
 

@@ -23,7 +23,7 @@ from ..format.manifest import Manifest, ShardEntry
 from ..format.names import KEY_COLUMN
 from ..dataset.layout import Dataset, Version
 from ..storage import storage_for
-from .options import KeyRange, ReadOptions  # noqa: F401 - ReadOptions, KeyRange: the read options, parsed there
+from .options import KeyRange, ReadOptions
 
 log = logging.getLogger(__name__)
 URL_COLUMN = "__url__"
