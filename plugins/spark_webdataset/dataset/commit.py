@@ -279,7 +279,8 @@ def _rename_one(version: Version, journal: Journal, staged: str, final: str, loc
             return
         # A leftover of a commit that never finished holds the name: no manifest lists it.
         lock.check()
-        identity = storage.identities(storage.join(target.rsplit("/", 1)[0])).get(final.rsplit("/", 1)[-1])
+        directory, _, name = target.rpartition("/")
+        identity = storage.identities(directory).get(name)
         if identity is not None:
             log.warning("webdataset: removing %s, a leftover of an unfinished commit, to commit job %s", target, journal.job_id)
             storage.delete_if_identity(target, identity)

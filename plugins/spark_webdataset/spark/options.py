@@ -68,6 +68,21 @@ def parse_seconds(name: str, value: object) -> float:
     return number
 
 
+def _known_options(
+    options: Mapping[str, str], known: set[str], what: str, spelled: str, how: str
+) -> tuple[dict[str, str], str]:
+    """Options by lower-cased name (Spark's are case-insensitive) and the path; BadOption for an
+    unknown option or no path."""
+    lowered = {str(k).lower(): v for k, v in options.items()}
+    unknown = sorted(set(lowered) - known)
+    if unknown:
+        raise BadOption(f"unknown {what} {', '.join(unknown)} for format webdataset (known: {spelled})")
+    path = lowered.get("path")
+    if not path:
+        raise BadOption(f"no path: {how}")
+    return lowered, path
+
+
 @dataclass(frozen=True)
 class WriteOptions:
     path: str
@@ -80,16 +95,11 @@ class WriteOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "WriteOptions":
-        lowered = {str(k).lower(): v for k, v in options.items()}
-        unknown = sorted(set(lowered) - _KNOWN)
-        if unknown:
-            raise BadOption(
-                f"unknown option(s) {', '.join(unknown)} for format webdataset "
-                "(known: maxShardBytes, maxSamplesPerShard, mtime, allowPax, checksum, commitLeaseSeconds)"
-            )
-        path = lowered.get("path")
-        if not path:
-            raise BadOption("no path: call .save(uri) with the version directory to write")
+        lowered, path = _known_options(
+            options, _KNOWN, "option(s)",
+            "maxShardBytes, maxSamplesPerShard, mtime, allowPax, checksum, commitLeaseSeconds",
+            "call .save(uri) with the version directory to write",
+        )  # fmt: skip
         max_bytes = parse_max_shard_bytes(lowered.get("maxshardbytes", cls.max_shard_bytes))
         max_samples = lowered.get("maxsamplespershard")
         return cls(
@@ -162,17 +172,11 @@ class ReadOptions:
 
     @classmethod
     def parse(cls, options) -> "ReadOptions":
-        lowered = {str(k).lower(): v for k, v in options.items()}
-        known = {"path", "paths", "skipbadshards", "badshardsdir", "keymin", "keymax", "keyprefix"}
-        unknown = sorted(set(lowered) - known)
-        if unknown:
-            raise BadOption(
-                f"unknown read option(s) {', '.join(unknown)} for format webdataset "
-                "(known: skipBadShards, badShardsDir, keyMin, keyMax, keyPrefix)"
-            )
-        path = lowered.get("path")
-        if not path:
-            raise BadOption("no path: call .load(uri) with a version directory, dataset root or shard pattern")
+        lowered, path = _known_options(
+            options, {"path", "paths", "skipbadshards", "badshardsdir", "keymin", "keymax", "keyprefix"},
+            "read option(s)", "skipBadShards, badShardsDir, keyMin, keyMax, keyPrefix",
+            "call .load(uri) with a version directory, dataset root or shard pattern",
+        )  # fmt: skip
         skip = parse_bool("skipBadShards", lowered.get("skipbadshards", cls.skip_bad_shards))
         bounds = KeyRange(lowered.get("keymin"), lowered.get("keymax"), lowered.get("keyprefix"))
         return cls(
