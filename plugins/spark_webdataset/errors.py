@@ -170,6 +170,14 @@ class ManifestChanged(VersionError):
     """A published version's manifest no longer matches its publish record, or a shard its manifest."""
 
 
+class NoSampleIndex(VersionError):
+    """A version written before spark-webdataset kept a sample index (random reads, appends need one)."""
+
+
+class SampleMismatch(ManifestChanged):
+    """A sample read by the index whose bytes are not what was written (crc32c, key or tar shape); names shard and offset."""
+
+
 class PublishRefused(VersionError):
     """Publishing was refused (not validated, invalid, or published with another manifest)."""
 

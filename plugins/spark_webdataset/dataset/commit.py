@@ -3,8 +3,9 @@
 Under the version's commit lock it (1) settles a journal left by an
 earlier commit (finishes it, or discards it if it was planned against a
 manifest that is no longer there), (2) refuses a sealed or published
-version, (3) proves the new keys unique among themselves and against the
-version's keys, (4) on gs:// checks every staged shard's server crc32c
+version, (3) merges the tasks' sample index rows and the version's index
+into the next index, proving the new keys unique among themselves and
+against the version's, (4) on gs:// checks every staged shard's server crc32c
 against its task's, (5) claims the version's one journal slot create-only
 with a journal naming every rename, the new manifest and the digest of the
 manifest it was planned against, then (6) applies it: leftovers go, shards
@@ -17,7 +18,7 @@ between a check and one write is harmless by construction:
 - the journal slot is create-only, and a journal applies only while the
   manifest is the one it was planned against (or its own): one planned
   against an older manifest is stale and is discarded, never applied;
-- shards and key runs get their names create-only (`rename_new`), so no
+- shards and sample indexes get their names create-only (`rename_new`), so no
   rename ever replaces a committed object;
 - deletions are conditional on the identity of the object listed (a GCS
   generation, a local inode), listed after a lease check;
@@ -36,6 +37,9 @@ import hashlib
 import itertools
 import json
 import logging
+import os
+import shutil
+import tempfile
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
@@ -47,6 +51,7 @@ from ..errors import (
     DuplicateKey,
     FieldMismatch,
     LostCommitLock,
+    NoSampleIndex,
     NotCommitted,
     PreconditionFailed,
 )
@@ -56,10 +61,10 @@ from .layout import (
     Version,
     _normalized,
     is_shard_name,
-    key_run_path,
-    key_run_serial,
+    sample_index_path,
+    sample_index_serial,
     shard_name,
-    staged_key_run_name,
+    staged_sample_index_name,
     staged_shard_name,
 )
 from ..format.shard_writer import ShardInfo
@@ -72,15 +77,35 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 JOURNAL_KIND = "spark-webdataset-commit-journal-v2"
 LEGACY_JOURNAL_KIND = "spark-webdataset-commit-journal-v1"  # no base digest: applied as before
-KEY_BLOCK = 1 << 14
 
 
-def read_key_run(version: Version, path: str) -> Iterator["pa.Array"]:
+def _task_index_rows(version: Version, path: str, names: list[str]) -> Iterator["pa.RecordBatch"]:
+    """A task's sorted index rows, its shard numbers turned into the shards' final names."""
     import pyarrow as pa
 
+    shard_names = pa.array(names, pa.string())
     with version.storage.open_read(path) as stream:
         for batch in pa.ipc.open_stream(stream):
-            yield batch.column(0)
+            yield pa.record_batch(
+                [batch.column(0), shard_names.take(batch.column(1)), *batch.columns[2:]], schema=_merge_schema()
+            )
+
+
+def _version_index_rows(version: Version, path: str) -> Iterator["pa.RecordBatch"]:
+    from ..format.sample_index import index_block_rows
+
+    with version.storage.open_read(path) as stream:
+        for batch in index_block_rows(stream):
+            yield batch.cast(_merge_schema())
+
+
+def _merge_schema() -> "pa.Schema":
+    """Index rows as the merge carries them: the tasks' large keys, the final shard names."""
+    import pyarrow as pa
+
+    from ..format.sample_index import INDEX_SCHEMA
+
+    return pa.schema([pa.field("key", pa.large_string()), *list(INDEX_SCHEMA)[1:]])
 
 
 def _digest(data: bytes | None) -> str | None:
@@ -240,11 +265,11 @@ def _sweep(version: Version, journal: Journal, lock: CommitLock) -> None:
     storage = version.storage
     manifest = Manifest.from_json(journal.manifest)
     listed = {shard.name for shard in manifest.shards}
-    keep = manifest.key_run.rsplit("/", 1)[-1] if manifest.key_run else None
+    keep = manifest.sample_index.rsplit("/", 1)[-1] if manifest.sample_index else None
     lock.check()
     for directory, unlisted in (
         (version.uri, lambda name: is_shard_name(name) and name not in listed),
-        (version.keys_uri, lambda name: name != keep),
+        (version.sample_index_dir_uri, lambda name: name != keep),
     ):
         for name, identity in storage.identities(directory).items():
             if unlisted(name):
@@ -354,7 +379,7 @@ class StagedAttempt(Protocol):
     partition: int
     staging: str  # its directory; its shard n is `layout.staged_shard_name(n)` in it
     shards: list[ShardInfo]
-    keys_path: str | None  # its sorted key run
+    index_path: str | None  # its sample index rows, sorted by key (format.sample_index.TASK_SCHEMA)
     keys_ascending: bool
 
 
@@ -414,9 +439,10 @@ def commit_job(request: CommitRequest) -> Manifest | None:
                     f"append to {version.uri}: the DataFrame's fields {[f['name'] for f in request.fields]} differ "
                     f"from the version's {[f['name'] for f in existing.fields]}"
                 )
-            key_run = _merge_keys(version, request, messages, existing)
+            names = _shard_names(messages, existing)
+            index = _merge_index(version, request, messages, names, existing)
             lock.renew()
-            planned = _plan(version, request, messages, existing, key_run, base=_digest(manifest_bytes))
+            planned = _plan(version, request, messages, names, existing, index, base=_digest(manifest_bytes))
             _check_uploads(version, messages, planned)
             lock.check()
             faults.point("commit:planned")
@@ -478,60 +504,71 @@ def _remove_staging(request: CommitRequest) -> None:
     remove_staging(version, request.job_id)
 
 
-def _merge_keys(
-    version: Version, request: CommitRequest, messages: list[StagedAttempt], existing: Manifest | None
-) -> str:
-    """Merge the tasks' sorted key runs (and the version's, on append) into one run; raise on a duplicate."""
-    import pyarrow as pa
-
-    sources: list[str] = []
-    owners: list[str] = []
-    if existing is not None and existing.key_run:
-        sources.append(version.path(existing.key_run))
-        owners.append(f"the version's {len(existing.shards)} committed shard(s)")
+def _shard_names(messages: list[StagedAttempt], existing: Manifest | None) -> list[list[str]]:
+    """The final names of each attempt's shards: contiguous after the version's, in partition order."""
+    at = len(existing.shards) if existing else 0
+    names = []
     for message in messages:
-        if message.keys_path:
-            sources.append(message.keys_path)
+        names.append([shard_name(at + number) for number in range(len(message.shards))])
+        at += len(message.shards)
+    return names
+
+
+def _merge_index(
+    version: Version,
+    request: CommitRequest,
+    messages: list[StagedAttempt],
+    names: list[list[str]],
+    existing: Manifest | None,
+) -> tuple[str, int]:
+    """Merge the tasks' sorted index rows (and the version's index, on append) into the next index,
+    staged in the job's directory; raise on a duplicate key. (its staged path, its size)"""
+    from ..format.sample_index import write_index
+
+    sources: list[Iterator["pa.RecordBatch"]] = []
+    owners: list[str] = []
+    if existing is not None and existing.shards:
+        if not existing.sample_index:
+            raise NoSampleIndex(
+                f"{version.uri} was written before spark-webdataset kept a sample index: appending to it "
+                "cannot prove the new keys unique; write it again (mode overwrite) or into a new version"
+            )
+        sources.append(_version_index_rows(version, version.path(existing.sample_index)))
+        owners.append(f"the version's {len(existing.shards)} committed shard(s)")
+    for message, shard_names in zip(messages, names):
+        if message.index_path:
+            sources.append(_task_index_rows(version, message.index_path, shard_names))
             owners.append(f"partition {message.partition}")
-    serial = key_run_serial(existing.key_run) + 1 if existing and existing.key_run else 0
-    staged = version.storage.join(request.staging_root, staged_key_run_name(serial))
-    schema = pa.schema([("key", pa.large_string())])
-    pending: list[pa.Array] = []
-    buffered = 0
+    serial = sample_index_serial(existing.sample_index) + 1 if existing and existing.sample_index else 0
+    staged = version.storage.join(request.staging_root, staged_sample_index_name(serial))
 
-    def write(blocks: list[pa.Array]) -> None:
-        if blocks:
-            keys = pa.concat_arrays(blocks)
-            for start in range(0, len(keys), KEY_BLOCK):
-                ipc.write_batch(pa.record_batch([keys.slice(start, KEY_BLOCK)], schema=schema))
-
-    with version.storage.open_write(staged) as stream, pa.ipc.new_stream(stream, schema) as ipc:
-        runs = _started_together([read_key_run(version, path) for path in sources], version.storage.rename_threads)
-        blocks = merge_blocks(runs)
-        for keys, found in first_duplicate_in_blocks(blocks):
+    def merged() -> Iterator["pa.RecordBatch"]:
+        runs = _started_together(sources, version.storage.rename_threads)
+        for rows, found in first_duplicate_in_blocks(merge_blocks(runs)):
             if found:
                 key, first, second = found
                 raise DuplicateKey(
                     f"duplicate sample key {key!r} in {owners[first]} and {owners[second]} of {version.uri}: "
                     "a key may appear only once in a version"
                 )
-            pending.append(keys)
-            buffered += len(keys)
-            if buffered >= KEY_BLOCK:  # many runs give many small merged blocks: write them together
-                write(pending)
-                pending, buffered = [], 0
-        write(pending)
-    return staged
+            yield rows
+
+    with tempfile.TemporaryDirectory(prefix="webdataset-index-") as scratch:
+        local = os.path.join(scratch, "index.parquet")
+        write_index(merged(), local)
+        with open(local, "rb") as source, version.storage.open_write(staged) as target:
+            shutil.copyfileobj(source, target, 8 << 20)
+        return staged, os.path.getsize(local)
 
 
-def _started_together(runs: list[Iterator["pa.Array"]], threads: int) -> list[Iterator["pa.Array"]]:
+def _started_together(runs: list[Iterator["pa.RecordBatch"]], threads: int) -> list[Iterator["pa.RecordBatch"]]:
     """Each run opened and its first block read, `threads` at a time: the merge needs every
     run's first block before its first round, and on gs:// each costs round trips (memory is
     the same: one block per run)."""
     if threads <= 1 or len(runs) <= 1:
         return runs
 
-    def start(run: Iterator["pa.Array"]) -> Iterator["pa.Array"]:
+    def start(run: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
         first = next(run, None)
         return iter(()) if first is None else itertools.chain([first], run)
 
@@ -543,21 +580,22 @@ def _plan(
     version: Version,
     request: CommitRequest,
     messages: list[StagedAttempt],
+    names: list[list[str]],
     existing: Manifest | None,
-    staged_keys: str,
+    index: tuple[str, int],
     base: str | None,
 ) -> Journal:
     stream = request.stream
     kept = list(existing.shards) if existing else []
     renames: list[tuple[str, str]] = []
     entries: list[ShardEntry] = []
-    for message in messages:
-        for shard in message.shards:
-            name = shard_name(len(kept) + len(entries))
+    for message, shard_names in zip(messages, names):
+        for shard, name in zip(message.shards, shard_names):
             renames.append((_relative(version, version.storage.join(message.staging, staged_shard_name(shard.sequence))), name))
             entries.append(ShardEntry.written(shard, name, message.keys_ascending))
-    key_run = key_run_path(key_run_serial(staged_keys))
-    renames.append((_relative(version, staged_keys), key_run))
+    staged_index, index_bytes = index
+    sample_index = sample_index_path(sample_index_serial(staged_index))
+    renames.append((_relative(version, staged_index), sample_index))
     previous_run = dict(existing.run) if existing else {}
     streams = dict(previous_run.get(STREAMS_KEY, {}))
     if stream is not None:
@@ -566,7 +604,8 @@ def _plan(
         shards=kept + entries,
         fields=request.fields,
         options=request.options,
-        key_run=key_run,
+        sample_index=sample_index,
+        sample_index_bytes=index_bytes,
         run={
             "spark_application_id": request.application_id,
             "job_id": request.job_id,
@@ -598,7 +637,7 @@ def _check_uploads(version: Version, messages: list[StagedAttempt], journal: Jou
     written = {shard.name: shard.crc32c for shard in Manifest.from_json(journal.manifest).shards}
     for staged, final in journal.renames:
         if final not in written:
-            continue  # the key run: not a shard
+            continue  # the sample index: not a shard
         path = version.path(staged)
         server = stored.get(path)
         if server != written[final]:

@@ -7,7 +7,7 @@
     <root>/versions/<version>/_SEALED              publish's seal: no writer may touch it again
     <root>/versions/<version>/_WEBDATASET          our writer's mark, from the first staged byte on
     <root>/versions/<version>/_staging/<job>/      per-attempt staging of live jobs
-    <root>/versions/<version>/_keys/               one sorted key run per commit
+    <root>/versions/<version>/_index/              the sample index (one file, replaced at each commit)
     <root>/_published/<version>.json               the commit point: visible iff it exists
     <root>/LATEST                                  newest published version
     <root>/_latest_changes.json                    LATEST set by hand: by whom, when, from what
@@ -41,7 +41,7 @@ SHARD_INDEX_NAME = "shardindex.json"
 SEAL_NAME = "_SEALED"
 WRITER_MARK_NAME = "_WEBDATASET"
 STAGING_DIR = "_staging"
-KEYS_DIR = "_keys"
+SAMPLE_INDEX_DIR = "_index"
 COMMIT_LOCK_NAME = "_commit.lock"
 COMMIT_JOURNAL_NAME = "_commit.json"
 # Files of a version directory that are not shards.
@@ -52,7 +52,7 @@ WRITER_MARK = b'{"__kind__": "spark-webdataset-directory-v1"}\n'
 SHARD_PATTERN = "shard-{:06d}.tar"  # contiguous: shard-{000000..000041}.tar works
 LEASE_NAME = "_lease.json"  # in _staging/<job>/: which driver owns the job's staging
 STAGED_SHARD_PATTERN = "{:06d}.tar"  # a task attempt's n-th shard, in its staging directory
-STAGED_KEYS_NAME = "keys.arrow"  # a task attempt's sorted key run, in its staging directory
+STAGED_INDEX_NAME = "index.arrow"  # a task attempt's sorted sample index rows, in its staging directory
 _SHARD_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,250}\.tar")
 
 
@@ -69,19 +69,19 @@ def staged_shard_name(sequence: int) -> str:
     return STAGED_SHARD_PATTERN.format(sequence)
 
 
-def staged_key_run_name(serial: int) -> str:
-    """The merged key run a commit stages in its job's directory before naming it `key_run_path(serial)`."""
-    return f"keys-{serial:06d}.arrow"
+def staged_sample_index_name(serial: int) -> str:
+    """The merged sample index a commit stages in its job's directory before naming it `sample_index_path(serial)`."""
+    return f"index-{serial:06d}.parquet"
 
 
-def key_run_path(serial: int) -> str:
-    """A version's key run, relative to the version directory (the manifest's `key_run`)."""
-    return f"{KEYS_DIR}/{serial:06d}.arrow"
+def sample_index_path(serial: int) -> str:
+    """A version's sample index, relative to the version directory (the manifest's `sample_index`)."""
+    return f"{SAMPLE_INDEX_DIR}/{serial:06d}.parquet"
 
 
-def key_run_serial(path: str) -> int:
-    """The serial of a key run, committed (`_keys/000003.arrow`) or staged (`keys-000003.arrow`)."""
-    return int(path.rsplit("/", 1)[-1].split(".")[0].removeprefix("keys-"))
+def sample_index_serial(path: str) -> int:
+    """The serial of a sample index, committed (`_index/000003.parquet`) or staged (`index-000003.parquet`)."""
+    return int(path.rsplit("/", 1)[-1].split(".")[0].removeprefix("index-"))
 
 
 def check_shard_name(name: object) -> str:
@@ -402,8 +402,8 @@ class Version:
         return self.path(STAGING_DIR)
 
     @property
-    def keys_uri(self) -> str:
-        return self.path(KEYS_DIR)
+    def sample_index_dir_uri(self) -> str:
+        return self.path(SAMPLE_INDEX_DIR)
 
     @property
     def lock_uri(self) -> str:

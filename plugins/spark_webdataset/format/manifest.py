@@ -62,8 +62,10 @@ class Manifest:
     fields: list[dict[str, str]]  # [{"name": "png", "type": "binary"}], column order
     options: dict[str, Any]
     run: dict[str, Any] = field(default_factory=dict)
-    # The version's sorted keys (relative path of an Arrow stream): the next append proves its keys new against it.
-    key_run: str | None = None
+    # The version's sample index (format/sample_index.py), relative to the version directory, and
+    # its size: random reads find samples in it, and the next append proves its keys new against it.
+    sample_index: str | None = None
+    sample_index_bytes: int | None = None
 
     @property
     def samples(self) -> int:
@@ -83,7 +85,8 @@ class Manifest:
             "key": "__key__",
             "fields": self.fields,
             "options": self.options,
-            "key_run": self.key_run,
+            "sample_index": self.sample_index,
+            "sample_index_bytes": self.sample_index_bytes,
             "run": self.run,
         }
         return (json.dumps(document, indent=1, sort_keys=False, ensure_ascii=False) + "\n").encode()
@@ -98,7 +101,8 @@ class Manifest:
             fields=document["fields"],
             options=document["options"],
             run=document.get("run", {}),
-            key_run=document.get("key_run"),
+            sample_index=document.get("sample_index"),
+            sample_index_bytes=document.get("sample_index_bytes"),
         )
 
     def content(self) -> dict[str, Any]:

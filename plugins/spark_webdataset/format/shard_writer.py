@@ -6,7 +6,9 @@ single sample is larger, which then gets a shard of its own. Small members
 are assembled a batch at a time by Arrow's C++ kernels (headers from a
 numpy template, payload bytes copied once); large members are written
 straight from the Arrow buffers, with no copy in Python at all. Memory is
-one batch plus what the kernels build from it.
+one batch plus what the kernels build from it. It also records where each
+sample lies (shard, offset, length, crc32c of its bytes): the rows of the
+version's sample index.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import pyarrow.compute as pc
 from ..errors import BadOption, InvalidField, InvalidKey, InvalidMemberName
 from . import ustar
 from .checksums import CHECKSUMS, CRC32C, SHA256, crc32c_extend, crc32c_text
+from .sample_index import task_rows
 from .sizes import parse_size
 from .names import (
     INVALID_KEY_PATTERN,
@@ -222,6 +225,7 @@ class ShardWriter:
         self._streams: list[BinaryIO] = []
         self.shards: list[ShardInfo] = []
         self.samples = 0
+        self.index_rows: list[pa.RecordBatch] = []  # TASK_SCHEMA: where each sample went
 
     # -- validation -------------------------------------------------------
 
@@ -328,8 +332,9 @@ class ShardWriter:
         )
         offsets, data = _binary_parts(joined)
 
-        def emit(start: int, stop: int, sink: _HashingSink) -> None:
+        def emit(start: int, stop: int, sink: _HashingSink) -> list[int]:
             sink.write(data[offsets[start] : offsets[stop]])
+            return [crc32c_extend(0, data[a:b]) for a, b in zip(offsets[start:stop].tolist(), offsets[start + 1 : stop + 1].tolist())]
 
         return emit
 
@@ -338,7 +343,7 @@ class ShardWriter:
         valid = [column.is_valid().to_numpy(zero_copy_only=False) for column in columns]
         zeros = self._zeros
 
-        def emit(start: int, stop: int, sink: _HashingSink) -> None:
+        def emit(start: int, stop: int, sink: _HashingSink) -> list[int]:
             # Views into the Arrow buffers and the header rows, handed to the sink together: no copy.
             fields = [
                 (header_rows, data, offsets[start : stop + 1].tolist(), (-sizes[start:stop] % ustar.BLOCK).tolist(),
@@ -347,14 +352,21 @@ class ShardWriter:
             ]  # fmt: skip
             pieces: list[np.ndarray] = []
             add = pieces.append
+            crcs = []
             for index in range(stop - start):
+                crc = 0
                 for header_rows, data, ends, pads, present in fields:
                     if present[index]:
-                        add(header_rows[start + index])
-                        add(data[ends[index] : ends[index + 1]])
+                        header, payload = header_rows[start + index], data[ends[index] : ends[index + 1]]
+                        add(header)
+                        add(payload)
+                        crc = crc32c_extend(crc32c_extend(crc, header), payload)
                         if pads[index]:
                             add(zeros[: pads[index]])
+                            crc = crc32c_extend(crc, zeros[: pads[index]])
+                crcs.append(crc)
             sink.write_pieces(pieces)
+            return crcs
 
         return emit
 
@@ -379,9 +391,10 @@ class ShardWriter:
             blobs.append(b"".join(members))
         sizes = np.array([len(blob) for blob in blobs], dtype=np.int64)
 
-        def emit(start: int, stop: int, sink: _HashingSink) -> None:
+        def emit(start: int, stop: int, sink: _HashingSink) -> list[int]:
             for blob in blobs[start:stop]:
                 sink.write(blob)
+            return [crc32c_extend(0, blob) for blob in blobs[start:stop]]
 
         return sizes, emit
 
@@ -449,7 +462,10 @@ class ShardWriter:
                 take = 1
                 shard.oversize = True
             stop = start + take
-            emit(start, stop, shard.sink)
+            crcs = emit(start, stop, shard.sink)
+            lengths = sample_sizes[start:stop]
+            offsets = used + (ends[start:stop] - lengths - before)
+            self.index_rows.append(task_rows(keys.slice(start, take), len(self.shards), offsets, lengths, crcs))
             if not shard.samples:
                 shard.first_key = keys[start].as_py()
             shard.samples += take

@@ -33,7 +33,7 @@ from pyspark.sql.types import (
 from ..errors import InvalidField
 from ..format.names import KEY_COLUMN, check_fields, field_name_error
 from ..format.shard_writer import ShardInfo
-from ..dataset.layout import STAGED_KEYS_NAME, WRITER_MARK, Version, staged_shard_name
+from ..dataset.layout import STAGED_INDEX_NAME, WRITER_MARK, Version, staged_shard_name
 from .options import WriteOptions
 from ..dataset.staging import clean_dead_staging, remove_staging, write_lease
 from ..testing import faults
@@ -67,7 +67,7 @@ class WebDatasetCommitMessage(WriterCommitMessage):
     task_attempt_id: int
     staging: str
     shards: list[ShardInfo] = field(default_factory=list)
-    keys_path: str | None = None
+    index_path: str | None = None  # its sample index rows, sorted by key (format.sample_index.TASK_SCHEMA)
     keys_ascending: bool = False  # the task got its keys in ascending order
 
     @property
@@ -144,7 +144,8 @@ class WebDatasetWriter(DataSourceArrowWriter):
         from pyspark import TaskContext
 
         from ..format.encode import encode_column
-        from ..format.keys import KeyRun
+        from ..format.keys import sort_run
+        from ..format.sample_index import TASK_SCHEMA, concat_rows
         from ..format.shard_writer import ShardWriter
 
         context = TaskContext.get()
@@ -163,22 +164,17 @@ class WebDatasetWriter(DataSourceArrowWriter):
             allow_pax=self.options.allow_pax,
             checksum=self.options.checksum,
         )
-        keys = KeyRun()
-        batches = 0
         try:
             for batch in iterator:
-                key_column = batch.column(KEY_COLUMN)
                 columns = [encode_column(batch.column(name), name) for name in names]
-                writer.write_batch(key_column, columns)
-                keys.add(key_column)
-                batches += 1
+                writer.write_batch(batch.column(KEY_COLUMN), columns)
                 faults.point("task:batch-written", partition=partition, attempt=attempt)
             shards = writer.close()
-            keys_path = storage.join(staging, STAGED_KEYS_NAME)
-            sorted_keys = keys.sorted()
-            with storage.open_write(keys_path) as stream:
-                with pa.ipc.new_stream(stream, pa.schema([("key", pa.large_string())])) as ipc:
-                    ipc.write_table(pa.table([sorted_keys], names=["key"]), max_chunksize=65536)
+            rows, ascending = sort_run(concat_rows(writer.index_rows, TASK_SCHEMA))
+            index_path = storage.join(staging, STAGED_INDEX_NAME)
+            with storage.open_write(index_path) as stream:
+                with pa.ipc.new_stream(stream, TASK_SCHEMA) as ipc:
+                    ipc.write_table(pa.Table.from_batches([rows]), max_chunksize=65536)
         except BaseException:
             writer.discard()
             storage.delete_tree(staging)
@@ -189,8 +185,8 @@ class WebDatasetWriter(DataSourceArrowWriter):
             task_attempt_id=task_attempt_id,
             staging=staging,
             shards=shards,
-            keys_path=keys_path,
-            keys_ascending=keys.arrived_sorted,
+            index_path=index_path,
+            keys_ascending=ascending,
         )
 
     # -- driver -----------------------------------------------------------

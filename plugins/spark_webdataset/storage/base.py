@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from abc import ABC, abstractmethod
 from typing import BinaryIO
 
@@ -99,3 +100,45 @@ class Storage(ABC):
     def read_bytes(self, path: str) -> bytes:
         with self.open_read(path) as stream:
             return stream.read()
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """`length` bytes from `offset` (fewer at the object's end): one request on an object store."""
+        with self.open_read(path) as stream:
+            stream.seek(offset)
+            return stream.read(length)
+
+
+class RangeFile(io.RawIOBase):
+    """A read-only, seekable file over an object of known size whose every read is one
+    `read_range`: pyarrow reads a parquet footer or row group through it with one request each."""
+
+    def __init__(self, storage: Storage, path: str, size: int) -> None:
+        self.storage, self.path, self.size = storage, path, size
+        self.position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        self.position = max(0, base + offset)
+        return self.position
+
+    def read(self, size: int = -1) -> bytes:
+        end = self.size if size is None or size < 0 else min(self.size, self.position + size)
+        if end <= self.position:
+            return b""
+        data = self.storage.read_range(self.path, self.position, end - self.position)
+        self.position += len(data)
+        return data
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        memoryview(buffer).cast("B")[: len(data)] = data
+        return len(data)

@@ -120,6 +120,21 @@ class GCSStorage(Storage):
             raise StorageError(f"{path}: no such object") from None
         return blob.open("rb", chunk_size=READ_CHUNK_BYTES, retry=_retry())
 
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """One GET with a Range header, no metadata request (the caller knows what it wants)."""
+        from google.api_core import exceptions
+
+        if length <= 0:
+            return b""
+        try:
+            return self._blob(path).download_as_bytes(
+                start=offset, end=offset + length - 1, checksum=None, retry=_retry()
+            )
+        except exceptions.NotFound:
+            raise StorageError(f"{path}: no such object") from None
+        except exceptions.RequestRangeNotSatisfiable:
+            return b""  # past the object's end
+
     def exists(self, path: str) -> bool:
         return self._blob(path).exists(retry=_retry())
 

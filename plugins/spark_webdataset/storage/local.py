@@ -49,6 +49,16 @@ class LocalStorage(Storage):
         except FileNotFoundError:
             raise StorageError(f"{path}: no such file") from None
 
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        try:
+            descriptor = os.open(local_path(path), os.O_RDONLY)
+        except FileNotFoundError:
+            raise StorageError(f"{path}: no such file") from None
+        try:
+            return os.pread(descriptor, length, offset)
+        finally:
+            os.close(descriptor)
+
     def exists(self, path: str) -> bool:
         return os.path.exists(local_path(path))
 

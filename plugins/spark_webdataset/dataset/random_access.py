@@ -1,0 +1,137 @@
+"""Random access to a version's samples: `spark_webdataset.open(uri)[i]` and `.get(key)`.
+
+The version's sample index (format/sample_index.py) says where each sample
+lies; a sample costs one ranged read of its own bytes once its index block
+is cached (the footer and a block are one read each, on gs:// one request
+each). What is read is proven before it is returned: the bytes' crc32c is
+the index's, they parse by the format's rules as exactly one sample, and
+that sample has the key asked for; otherwise `SampleMismatch` names the
+shard and the offset. Decoding is the caller's, as in webdataset.
+
+A reader pickles to its location alone (no client, no cache), so each
+worker of a torch `DataLoader` opens its own clients.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Iterator, Sequence
+
+from ..errors import NoSampleIndex, NotCommitted, SampleMismatch, TarFormatError
+from ..format.checksums import crc32c_extend
+from ..format.manifest import Manifest
+from ..format.sample_index import Entry, IndexFile
+from ..format.sample_reader import iter_samples
+from ..format.tar_rules import ZERO_BLOCK
+from ..storage import storage_for
+from ..storage.base import RangeFile
+from .layout import Dataset, Version
+
+DEFAULT_CACHE_BLOCKS = 256  # index blocks kept (~8192 samples each): a million samples' index is 123
+
+
+class _IndexOpener:
+    """Opens the index file (picklable, unlike a lambda)."""
+
+    def __init__(self, uri: str, size: int) -> None:
+        self.uri, self.size = uri, size
+
+    def __call__(self) -> RangeFile:
+        return RangeFile(storage_for(self.uri), self.uri, self.size)
+
+
+class VersionSamples(Sequence[dict]):
+    """A version's samples in key order: `len(r)`, `r[i]`, `r.get(key)`, `r.keys()`.
+
+    A sample is a dict: `__key__` and one entry per field, its bytes."""
+
+    def __init__(self, version_uri: str, manifest: Manifest, cache_blocks: int = DEFAULT_CACHE_BLOCKS) -> None:
+        if not manifest.sample_index or manifest.sample_index_bytes is None:
+            raise NoSampleIndex(
+                f"{version_uri} has no sample index (written before spark-webdataset kept one): "
+                "write it again to read it by key"
+            )
+        self.uri = version_uri
+        self.fields = [field["name"] for field in manifest.fields]
+        self._shards = {shard.name for shard in manifest.shards}
+        storage = storage_for(version_uri)
+        self._index = IndexFile(
+            _IndexOpener(storage.join(version_uri, manifest.sample_index), manifest.sample_index_bytes), cache_blocks
+        )
+        self._samples = manifest.samples
+
+    def __len__(self) -> int:
+        return self._samples
+
+    def __getitem__(self, position: int | str) -> dict:  # type: ignore[override]
+        if isinstance(position, str):
+            return self.get(position)
+        if isinstance(position, slice):
+            raise TypeError("read samples one at a time: r[i] or r.get(key)")
+        return self._read(self._index.at(position))
+
+    def get(self, key: str) -> dict:  # type: ignore[override]
+        """The sample with `key`; KeyError if the version has none."""
+        entry = self._index.get(key)
+        if entry is None:
+            raise KeyError(key)
+        return self._read(entry)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._index.get(key) is not None
+
+    def locate(self, key: str) -> Entry | None:
+        """Where the sample with `key` lies (shard, offset, length, crc32c), without reading it."""
+        return self._index.get(key)
+
+    def keys(self) -> Iterator[str]:
+        """Every key, in order (the index a block at a time; no shard is read)."""
+        return self._index.keys()
+
+    def _read(self, entry: Entry) -> dict[str, Any]:
+        if entry.shard not in self._shards:
+            raise SampleMismatch(
+                f"{self.uri}: the sample index puts {entry.key!r} in shard {entry.shard!r}, which the manifest "
+                "does not list: the index does not belong to this version"
+            )
+        storage = storage_for(self.uri)
+        shard = storage.join(self.uri, entry.shard)
+        data = storage.read_range(shard, entry.offset, entry.length)
+        where = f"shard {shard} at offset {entry.offset}"
+        if len(data) != entry.length or crc32c_extend(0, data) != entry.crc32c:
+            raise SampleMismatch(
+                f"{where}: the {len(data)} bytes of sample {entry.key!r} are not the {entry.length} bytes written "
+                f"(crc32c differs from the index's): the shard changed after it was written"
+            )
+        try:
+            samples = list(iter_samples(io.BytesIO(data + ZERO_BLOCK + ZERO_BLOCK), offset=0))
+        except TarFormatError as error:
+            raise SampleMismatch(f"{where}: sample {entry.key!r} does not parse: {error.message}") from None
+        if len(samples) != 1 or samples[0].key != entry.key:
+            found = [sample.key for sample in samples]
+            raise SampleMismatch(f"{where}: expected sample {entry.key!r}, found {found}")
+        return {"__key__": entry.key, **samples[0].fields}
+
+    def __iter__(self) -> Iterator[dict]:
+        for position in range(len(self)):
+            yield self[position]
+
+    def __repr__(self) -> str:
+        return f"VersionSamples({self.uri!r}, {len(self)} samples)"
+
+    def __getstate__(self) -> dict:
+        return self.__dict__.copy()  # the IndexFile pickles to its opener alone
+
+
+def open_samples(uri: str, cache_blocks: int = DEFAULT_CACHE_BLOCKS) -> VersionSamples:
+    """Random access to a version directory, or to a dataset root's LATEST (checked against its publish record)."""
+    dataset = Dataset(uri)
+    if dataset.is_dataset_root():
+        version, manifest = dataset.latest()
+    else:
+        version = Version.at(uri)
+        found = version.committed_manifest()
+        if found is None:
+            raise NotCommitted(f"{uri}: no manifest there: not a version our writer committed, nor a dataset root")
+        manifest = found
+    return VersionSamples(version.uri, manifest, cache_blocks)

@@ -1,0 +1,257 @@
+"""The sample index: where every sample of a version lies, sorted by key.
+
+One parquet file a version: `key`, `shard` (its name in the manifest),
+`offset` (of the sample's first header), `length` (all its members,
+headers and padding: a sample's bytes are contiguous) and `crc32c` of those
+bytes, sorted by key, in blocks (row groups) of `BLOCK_ROWS` rows with
+min/max statistics on the key only. The footer is the directory: a lookup
+by key reads it once and then one block; by position, the blocks' row
+counts say which. Parquet because pyarrow reads one block of it by ranged
+reads, and Spark or pandas read the whole index as a table.
+
+The index is also what proves keys unique: each writer task sorts its rows
+into a run (`TASK_SCHEMA`, the shard as the task's sequence number), and
+the commit merges the runs and the version's index into the next index.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import io
+import threading
+from dataclasses import dataclass
+from typing import BinaryIO, Callable, Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .keys import key_column
+
+INDEX_KIND = "spark-webdataset-sample-index-v1"  # in the parquet file's key-value metadata
+# Measured by bench/random_access.py: 8192 rows (~200 KiB) a block keeps the directory of a
+# million samples at ~50 KiB and a block read to one request.
+BLOCK_ROWS = 8192
+INDEX_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("shard", pa.string()),
+        ("offset", pa.int64()),
+        ("length", pa.int64()),
+        ("crc32c", pa.uint32()),
+    ],
+    metadata={"kind": INDEX_KIND},
+)
+# A writer task's run: the same rows, its shards by sequence number (final names come at the commit).
+TASK_SCHEMA = pa.schema(
+    [
+        ("key", pa.large_string()),
+        ("shard", pa.int32()),
+        ("offset", pa.int64()),
+        ("length", pa.int64()),
+        ("crc32c", pa.uint32()),
+    ]
+)
+
+
+def task_rows(keys: pa.Array, shard: int, offsets, lengths, crcs) -> pa.RecordBatch:
+    """One shard's slice of a batch as index rows (the keys copied: a slice of an IPC batch keeps it alive)."""
+    count = len(keys)
+    return pa.record_batch(
+        [
+            pa.concat_arrays([keys.cast(pa.large_string())]),
+            pa.array([shard] * count, pa.int32()) if count else pa.array([], pa.int32()),
+            pa.array(offsets, pa.int64()),
+            pa.array(lengths, pa.int64()),
+            pa.array(crcs, pa.uint32()),
+        ],
+        schema=TASK_SCHEMA,
+    )
+
+
+def concat_rows(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatch:
+    """Batches as one (an empty one of `schema` for none)."""
+    return pa.concat_batches(batches) if batches else pa.RecordBatch.from_pylist([], schema=schema)
+
+
+def write_index(batches: Iterable[pa.RecordBatch], sink: str | BinaryIO) -> int:
+    """Write sorted index rows (INDEX_SCHEMA's columns) to `sink` in blocks of BLOCK_ROWS; the row count."""
+    pending: list[pa.RecordBatch] = []
+    buffered = 0
+    rows = 0
+    with pq.ParquetWriter(
+        sink,
+        INDEX_SCHEMA,
+        compression="zstd",
+        use_dictionary=["shard"],
+        write_statistics=["key"],
+        store_schema=False,
+    ) as writer:
+
+        def flush(final: bool) -> None:
+            nonlocal pending, buffered
+            if not pending:
+                return
+            table = pa.Table.from_batches(pending, INDEX_SCHEMA).combine_chunks()
+            whole = len(table) if final else len(table) - len(table) % BLOCK_ROWS
+            if whole:
+                writer.write_table(table.slice(0, whole), row_group_size=BLOCK_ROWS)
+            rest = table.slice(whole)
+            pending = rest.to_batches() if len(rest) else []
+            buffered = len(rest)
+
+        for batch in batches:
+            batch = batch.cast(INDEX_SCHEMA) if batch.schema != INDEX_SCHEMA else batch
+            pending.append(batch)
+            buffered += len(batch)
+            rows += len(batch)
+            if buffered >= BLOCK_ROWS:
+                flush(final=False)
+        flush(final=True)
+    return rows
+
+
+@dataclass(frozen=True)
+class Entry:
+    """Where one sample lies."""
+
+    key: str
+    shard: str
+    offset: int
+    length: int
+    crc32c: int
+
+
+class _Keys:
+    """A sorted Arrow string column as a sequence `bisect` can search (log n scalars read, no copy)."""
+
+    def __init__(self, keys: pa.Array) -> None:
+        self.keys = keys
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, at: int) -> str:
+        return self.keys[at].as_py()
+
+
+class _Block:
+    def __init__(self, table: pa.Table) -> None:
+        table = table.combine_chunks()
+        self.keys = table.column("key").chunk(0) if table.num_rows else pa.array([], pa.string())
+        self.shards = table.column("shard").to_pylist()
+        self.offsets = table.column("offset").to_pylist()
+        self.lengths = table.column("length").to_pylist()
+        self.crcs = table.column("crc32c").to_pylist()
+
+    def entry(self, row: int) -> Entry:
+        return Entry(self.keys[row].as_py(), self.shards[row], self.offsets[row], self.lengths[row], self.crcs[row])
+
+    def find(self, key: str) -> int | None:
+        row = bisect.bisect_left(_Keys(self.keys), key)
+        return row if row < len(self.keys) and self.keys[row].as_py() == key else None
+
+
+class IndexFile:
+    """Lookups in one index file, read through `open_file` (a seekable binary file with ranged reads).
+
+    The footer is read once; blocks are kept in an LRU of `cache_blocks`.
+    Thread-safe: reads of the file are serialized, lookups in cached blocks
+    are not."""
+
+    def __init__(self, open_file: Callable[[], BinaryIO], cache_blocks: int = 256) -> None:
+        self._open_file = open_file
+        self._cache_blocks = cache_blocks
+        self._lock = threading.Lock()
+        self._file: pq.ParquetFile | None = None
+        self._blocks: collections.OrderedDict[int, _Block] = collections.OrderedDict()
+        self._starts: list[int] = []
+        self._first_keys: list[str] = []
+
+    def _parquet(self) -> pq.ParquetFile:
+        if self._file is None:
+            parquet = pq.ParquetFile(self._open_file(), pre_buffer=True)
+            metadata = parquet.metadata
+            starts, first_keys, at = [], [], 0
+            key_field = metadata.schema.names.index("key")
+            for number in range(metadata.num_row_groups):
+                group = metadata.row_group(number)
+                stats = group.column(key_field).statistics
+                starts.append(at)
+                first_keys.append(stats.min if stats is not None and stats.has_min_max else None)
+                at += group.num_rows
+            self._starts, self._first_keys, self._rows = starts, first_keys, at
+            self._file = parquet
+        return self._file
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._parquet()
+            return self._rows
+
+    def _block(self, number: int) -> _Block:
+        block = self._blocks.get(number)
+        if block is not None:
+            self._blocks.move_to_end(number)
+            return block
+        with self._lock:
+            block = self._blocks.get(number)
+            if block is None:
+                block = _Block(self._parquet().read_row_group(number))
+                self._blocks[number] = block
+                while len(self._blocks) > self._cache_blocks:
+                    self._blocks.popitem(last=False)
+        return block
+
+    def at(self, position: int) -> Entry:
+        """The entry of the `position`-th sample in key order."""
+        rows = len(self)
+        if not -rows <= position < rows:
+            raise IndexError(f"sample {position} of {rows}")
+        position %= rows
+        number = bisect.bisect_right(self._starts, position) - 1
+        return self._block(number).entry(position - self._starts[number])
+
+    def get(self, key: str) -> Entry | None:
+        """The entry of `key`, or None."""
+        with self._lock:
+            self._parquet()
+        if any(first is None for first in self._first_keys):  # no statistics: search block by block
+            candidates: Iterable[int] = range(len(self._starts))
+        else:
+            candidates = [bisect.bisect_right(self._first_keys, key) - 1]
+        for number in candidates:
+            if number < 0:
+                continue
+            block = self._block(number)
+            row = block.find(key)
+            if row is not None:
+                return block.entry(row)
+        return None
+
+    def keys(self) -> Iterator[str]:
+        """Every key, in order, a block at a time."""
+        len(self)  # the footer
+        for number in range(len(self._starts)):
+            yield from self._block(number).keys.to_pylist()
+
+    def __getstate__(self) -> dict:
+        return {"open_file": self._open_file, "cache_blocks": self._cache_blocks}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["open_file"], state["cache_blocks"])  # type: ignore[misc]
+
+
+def read_index(source: BinaryIO | bytes) -> pa.Table:
+    """The whole index as a table (validation, the reader's key filters, tests)."""
+    return pq.read_table(io.BytesIO(source) if isinstance(source, bytes) else source)
+
+
+def index_block_rows(source: BinaryIO | bytes) -> Iterator[pa.RecordBatch]:
+    """The index's rows, a block at a time (memory: one block)."""
+    parquet = pq.ParquetFile(io.BytesIO(source) if isinstance(source, bytes) else source)
+    for number in range(parquet.num_row_groups):
+        yield from parquet.read_row_group(number).to_batches()
+
+
+__all__ = ["BLOCK_ROWS", "Entry", "INDEX_SCHEMA", "IndexFile", "TASK_SCHEMA", "key_column", "write_index"]
