@@ -8,7 +8,9 @@ checksum=sha256 manifest has it), missing and unlisted shards) and writes
 sha256 (publish puts the sha256 in the index). Shards are checked in
 a local process pool, or by a Spark job (one task per shard, jobs/validate_spark.py)
 for versions of thousands of shards. Keys are proven unique across the version by
-merging sorted per-shard runs (pool) or by Spark's group-by (Spark).
+merging sorted per-shard runs (pool) or by Spark's group-by (Spark); the same
+sorted stream of (key, shard, offset, length) proves the sample index exact:
+every sample in it once, where the tars have it.
 """
 
 from __future__ import annotations
@@ -21,15 +23,17 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from tqdm import tqdm
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..format.keys import count_duplicates, merge_blocks
 from ..format.manifest import Manifest
+from ..format.sample_index import index_block_rows
 from ..format.verify import ShardReport, check_shard
 from .layout import MANIFEST_NAME, METADATA_FILES, Version
 from ..storage import storage_for
@@ -37,9 +41,12 @@ from ..storage import storage_for
 VALIDATION_KIND = "spark-webdataset-validation-v1"
 MAX_REPORTED_ERRORS = 100
 Duplicates = tuple[int, list[tuple[str, list[str]]]]  # keys seen twice, and the first of them with their shards
-# (version uri, [(shard, size, expected manifest entry)], required fields) -> (per-shard results, duplicates)
-ShardCheck = Callable[[str, list, Sequence[str]], tuple[list[dict], Duplicates]]
-RUN_SCHEMA = pa.schema([("key", pa.large_string())])
+# The sample index's rows, a block at a time (None: the version has no index to check).
+IndexRows = Callable[[], Iterator[pa.RecordBatch]] | None
+# (version uri, [(shard, size, expected manifest entry)], required fields, index) ->
+# (per-shard results, duplicates, what the index gets wrong)
+ShardCheck = Callable[[str, list, Sequence[str], IndexRows], tuple[list[dict], Duplicates, list[str]]]
+RUN_SCHEMA = pa.schema([("key", pa.large_string()), ("offset", pa.int64()), ("length", pa.int64())])
 RUN_BLOCK_KEYS = 1 << 16
 
 
@@ -121,21 +128,93 @@ def check_shard_task(task: tuple[str, str, dict | None, list[str], str | None, i
         report.error(f"the shard could not be checked: {type(error).__name__}: {error}", getattr(error, "offset", None))
     result = report.summary()
     result["error_list"] = report.errors
+    rows = pa.record_batch(
+        [pa.array(report.keys, pa.large_string()), pa.array(report.offsets, pa.int64()), pa.array(report.lengths, pa.int64())],
+        schema=RUN_SCHEMA,
+    )
+    rows = rows.take(pc.sort_indices(rows.column(0)))
     if keys_path is not None:
-        keys = pa.array(report.keys, pa.large_string())
-        keys = keys.take(pc.sort_indices(keys))
         with pa.OSFile(keys_path, "wb") as sink, pa.ipc.new_stream(sink, RUN_SCHEMA) as writer:
-            for start in range(0, len(keys), RUN_BLOCK_KEYS):
-                writer.write_batch(pa.record_batch([keys.slice(start, RUN_BLOCK_KEYS)], schema=RUN_SCHEMA))
+            for start in range(0, len(rows), RUN_BLOCK_KEYS):
+                writer.write_batch(rows.slice(start, RUN_BLOCK_KEYS))
     else:
         result["keys"] = report.keys
+        result["offsets"] = report.offsets
+        result["lengths"] = report.lengths
     return result
 
 
-def _read_run(path: str) -> Iterator[pa.Array]:
+def _read_run(path: str) -> Iterator[pa.RecordBatch]:
     with pa.memory_map(path) as source:
-        for batch in pa.ipc.open_stream(source):
-            yield batch.column(0)
+        yield from pa.ipc.open_stream(source)
+
+
+def compare_index(index: Iterable[pa.RecordBatch], scanned: Iterable[pa.RecordBatch]) -> list[str]:
+    """What the sample index gets wrong against the samples the tars hold; both sorted by key,
+    with columns key, shard, offset, length. The first disagreement is reported (after one
+    sample too many or too few, every later row differs too)."""
+    left, right = _Cursor(index), _Cursor(scanned)
+    position = 0
+    while True:
+        a, b = left.head(), right.head()
+        if a is None and b is None:
+            return []
+        if a is None or b is None:
+            extra = _describe((a if b is None else b).slice(0, 1))
+            if b is None:
+                return [f"the sample index lists {extra} after its {position} matching samples, but no shard holds it"]
+            return [f"the sample index has {position} samples, but the shards hold more: {extra} is not in it"]
+        count = min(len(a), len(b))
+        a, b = a.slice(0, count), b.slice(0, count)
+        same = pc.and_(
+            pc.and_(pc.equal(a.column(0).cast(pa.large_string()), b.column(0).cast(pa.large_string())),
+                    pc.equal(a.column(1).cast(pa.string()), b.column(1).cast(pa.string()))),
+            pc.and_(pc.equal(a.column(2), b.column(2)), pc.equal(a.column(3), b.column(3))),
+        )  # fmt: skip
+        if not pc.all(same).as_py():
+            row = pc.index(same, False).as_py()
+            return [
+                f"sample index row {position + row}: it has {_describe(a.slice(row, 1))}, "
+                f"the shards have {_describe(b.slice(row, 1))}"
+            ]
+        left.take(count)
+        right.take(count)
+        position += count
+
+
+class _Cursor:
+    """Rows of a stream of batches (key, shard, offset, length first), taken in any counts."""
+
+    def __init__(self, batches: Iterable[pa.RecordBatch]) -> None:
+        self._batches = iter(batches)
+        self._head: pa.RecordBatch | None = None
+
+    def head(self) -> pa.RecordBatch | None:
+        while self._head is None or not len(self._head):
+            batch = next(self._batches, None)
+            if batch is None:
+                return None
+            self._head = pa.record_batch([batch.column(at) for at in range(4)], names=["key", "shard", "offset", "length"])
+        return self._head
+
+    def take(self, count: int) -> None:
+        assert self._head is not None
+        self._head = self._head.slice(count)
+
+
+def _describe(row: pa.RecordBatch) -> str:
+    key, shard, offset, length = (row.column(at)[0].as_py() for at in range(4))
+    return f"sample {key!r} in {shard} at offset {offset} ({length} bytes)"
+
+
+def _scanned_rows(blocks: Iterable[tuple[pa.RecordBatch, np.ndarray]], names: list[str]) -> Iterator[pa.RecordBatch]:
+    """Merged per-shard runs (key, offset, length) with the run number of each row, as (key, shard, offset, length)."""
+    shard_names = pa.array(names, pa.string())
+    for rows, runs_of in blocks:
+        yield pa.record_batch(
+            [rows.column(0), shard_names.take(pa.array(runs_of)), rows.column(1), rows.column(2)],
+            names=["key", "shard", "offset", "length"],
+        )
 
 
 def _tasks(uri: str, manifest: Manifest, present: dict[str, int], required: Sequence[str], report: ValidationReport):
@@ -192,10 +271,11 @@ def validate_version(
             report.add_error("unexpected file in the version directory", name)
     required = required_fields(manifest, require)
     tasks = list(_tasks(uri, manifest, present, required, report))
+    index = _index_rows(version, manifest, report)
     if check is not None:
-        results, duplicates = check(uri, tasks, required)
+        results, duplicates, index_errors = check(uri, tasks, required, index)
     else:
-        results, duplicates = _check_with_pool(uri, tasks, required, workers, progress)
+        results, duplicates, index_errors = _check_with_pool(uri, tasks, required, workers, progress, index)
     for result in results:
         for error in result.pop("error_list"):
             report.add_error(error["error"], error["shard"], error["offset"], error["key"])
@@ -206,6 +286,8 @@ def validate_version(
     if duplicate_count > len(listed):
         report.add_error(f"{duplicate_count} keys appear in more than one shard ({len(listed)} listed above)")
         report.error_count += duplicate_count - len(listed) - 1
+    for error in index_errors:
+        report.add_error(error)
     report.seconds = time.monotonic() - started
     if write_report:
         storage.write_atomic(version.validation_uri, report.to_json())
@@ -220,7 +302,37 @@ def _check_totals(document: dict, manifest: Manifest, report: ValidationReport) 
             report.add_error(f"the manifest's {name} is {document.get(name)!r} but its shard list adds up to {value}")
 
 
-def _check_with_pool(uri, tasks, required, workers, progress):
+def _index_rows(version: Version, manifest: Manifest, report: ValidationReport) -> IndexRows:
+    """The index's rows, to be compared with the tars' (None, with an error, if there is none to compare)."""
+    if not manifest.sample_index:
+        if manifest.shards:
+            report.add_error("the manifest names no sample index (written before spark-webdataset kept one)")
+        return None
+    path = version.path(manifest.sample_index)
+    storage = version.storage
+
+    def rows() -> Iterator[pa.RecordBatch]:
+        with storage.open_read(path) as stream:
+            yield from index_block_rows(stream)
+
+    return rows
+
+
+def check_index(
+    index: IndexRows, scanned: Callable[[], Iterable[pa.RecordBatch]], duplicates: int, results: list[dict]
+) -> list[str]:
+    """The index against the tars' rows (key, shard, offset, length, sorted by key), once the shards are sound."""
+    if index is None:
+        return []
+    if duplicates or any(result["errors"] for result in results):
+        return []  # the shards are wrong already: the index cannot be proven against them
+    try:
+        return compare_index(index(), scanned())
+    except Exception as error:  # noqa: BLE001 - an unreadable index is an error of the report
+        return [f"the sample index could not be read: {type(error).__name__}: {error}"]
+
+
+def _check_with_pool(uri, tasks, required, workers, progress, index: IndexRows = None):
     names = [name for name, _, _ in tasks]
     with tempfile.TemporaryDirectory(prefix="wds-validate-") as scratch:
         runs = [os.path.join(scratch, f"{index:06d}.keys") for index in range(len(tasks))]
@@ -238,4 +350,7 @@ def _check_with_pool(uri, tasks, required, workers, progress):
                     bar.update(1)
         bar.close()
         count, found = count_duplicates(merge_blocks(_read_run(run) for run in runs), MAX_REPORTED_ERRORS)
-    return results, (count, [(key, [names[first], names[second]]) for key, first, second in found])
+        index_errors = check_index(
+            index, lambda: _scanned_rows(merge_blocks(_read_run(run) for run in runs), names), count, results
+        )
+    return results, (count, [(key, [names[first], names[second]]) for key, first, second in found]), index_errors

@@ -27,6 +27,7 @@ class TarMember:
     size: int
     typeflag: bytes
     data: bytes | None  # None when the caller asked not to read payloads
+    end: int = 0  # where its payload's padding ends: the next member's offset
 
     @property
     def is_regular(self) -> bool:
@@ -36,8 +37,9 @@ class TarMember:
 @dataclass
 class Sample:
     key: str
-    offset: int
+    offset: int  # of its first member's first header
     fields: dict[str, bytes | None] = field(default_factory=dict)
+    end: int = 0  # where its last member ends: its bytes are [offset, end)
 
 
 def iter_members(
@@ -116,7 +118,7 @@ def iter_members(
             if skipped < padded:
                 raise tar_rules.truncated(name, skipped, padded, offset, size, source)
             data = None
-        yield TarMember(name=name, offset=start, size=size, typeflag=typeflag, data=data)
+        yield TarMember(name=name, offset=start, size=size, typeflag=typeflag, data=data, end=offset + BLOCK + padded)
         offset += BLOCK + padded
         long_name = None
         size_override = None
@@ -195,5 +197,6 @@ def iter_samples(
         if ext in current.fields:
             raise tar_rules.field_twice(ext, member.offset, key)
         current.fields[ext] = member.data
+        current.end = member.end
     if current is not None:
         yield current

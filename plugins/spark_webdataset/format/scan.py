@@ -47,6 +47,13 @@ class ShardScan:
     crc32c: str
     sha256: str
     keys: list[str]  # sample keys in shard order
+    offsets: np.ndarray  # of each sample's first header, in shard order
+    end: int  # of the end-of-archive blocks: the last sample's bytes end here
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Each sample's bytes: its members, headers and padding."""
+        return np.diff(np.append(self.offsets, self.end))
 
 
 class _NotSure(Exception):
@@ -59,14 +66,15 @@ class _Members:
     def __init__(self, limit: int) -> None:
         self.limit = limit  # the maximum member size
         self.starts: list[np.ndarray] = []
+        self.start_blocks: list[np.ndarray] = []  # the block number of each sample's first header
         self.codes: list[np.ndarray] = []
         self.key_bytes: list[np.ndarray] = []
         self.key_lengths: list[np.ndarray] = []
         self.fields: dict[bytes, int] = {}
         self.last_key: bytes | None = None  # of the last member seen, across chunks
 
-    def add(self, headers: np.ndarray) -> None:
-        """Check the (m, 512) header rows of one chunk and keep what the shard checks need."""
+    def add(self, headers: np.ndarray, blocks: np.ndarray) -> None:
+        """Check the (m, 512) header rows of one chunk (at block numbers `blocks`) and keep what the shard checks need."""
         if header_faults(headers).any():
             raise _NotSure
         # past the shard's end the chain never reaches the end-of-archive blocks: not sure either
@@ -88,6 +96,7 @@ class _Members:
         self.key_bytes.append(keys[first][columns < dot[first, None]])
         self.key_lengths.append(dot[first])
         self.starts.append(starts)
+        self.start_blocks.append(blocks[first])
         codes, distinct = field_values(names, dot, lengths)
         self.codes.append(np.array([self._code(field) for field in distinct], dtype=np.int8)[codes])
 
@@ -98,7 +107,8 @@ class _Members:
         return code
 
 
-def _scan(stream: BinaryIO, members: _Members, digest: Digests) -> int:
+def _scan(stream: BinaryIO, members: _Members, digest: Digests) -> tuple[int, int]:
+    """(bytes read, offset of the end-of-archive blocks)."""
     buffer = bytearray(CHUNK_BYTES)
     view = memoryview(buffer)
     array = np.frombuffer(buffer, np.uint8)
@@ -107,12 +117,15 @@ def _scan(stream: BinaryIO, members: _Members, digest: Digests) -> int:
     state = "members"  # then "zero" (one zero block seen at a chunk's end), then "end"
     sparse = False  # few headers a chunk: parse only those on the chain
     pending: list[np.ndarray] = []  # header rows (copies) not yet checked
+    pending_blocks: list[np.ndarray] = []  # their block numbers in the shard
     pending_rows = 0
+    end = -1
     while True:
         count = read_full(stream, view)
         if not count:
             break
         digest.update(array[:count])  # a numpy view: crc32c reads it in place
+        first_block = total // BLOCK
         total += count
         if state == "end":
             continue  # what follows the end-of-archive blocks is hashed, not parsed
@@ -137,19 +150,22 @@ def _scan(stream: BinaryIO, members: _Members, digest: Digests) -> int:
             if ended is False:
                 raise _NotSure
             state = "end" if ended else "zero"
+            end = (first_block + stop) * BLOCK
         else:
             position = after - blocks_n
         if chain:
-            pending.append(blocks[np.asarray(chain, dtype=np.int64)])
+            numbers = np.asarray(chain, dtype=np.int64)
+            pending.append(blocks[numbers])
+            pending_blocks.append(first_block + numbers)
             pending_rows += len(chain)
             if pending_rows >= _HEADERS_PER_CHECK:
-                members.add(np.concatenate(pending) if len(pending) > 1 else pending[0])
-                pending, pending_rows = [], 0
+                members.add(np.concatenate(pending), np.concatenate(pending_blocks))
+                pending, pending_blocks, pending_rows = [], [], 0
     if state != "end":
         raise _NotSure  # truncated, or no end-of-archive blocks
     if pending:
-        members.add(np.concatenate(pending) if len(pending) > 1 else pending[0])
-    return total
+        members.add(np.concatenate(pending), np.concatenate(pending_blocks))
+    return total, end
 
 
 def scan_shard(
@@ -161,7 +177,7 @@ def scan_shard(
     digest = Digests()
     members = _Members(tar_rules.max_member_bytes(max_member))
     try:
-        total = _scan(stream, members, digest)
+        total, end = _scan(stream, members, digest)
     except _NotSure:
         return None
     starts = np.concatenate(members.starts) if members.starts else np.zeros(0, bool)
@@ -196,4 +212,7 @@ def scan_shard(
         ordered = keys.take(pc.sort_indices(keys))
         if len(ordered) > 1 and pc.any(pc.equal(ordered[1:], ordered[:-1])).as_py():
             return None  # a key comes back after another key
-    return ShardScan(bytes=total, crc32c=digest.crc32c, sha256=digest.sha256, keys=keys.to_pylist())
+    offsets = np.concatenate(members.start_blocks) * BLOCK if members.start_blocks else np.zeros(0, np.int64)
+    return ShardScan(
+        bytes=total, crc32c=digest.crc32c, sha256=digest.sha256, keys=keys.to_pylist(), offsets=offsets, end=end
+    )

@@ -65,6 +65,8 @@ class ShardReport:
     sha256: str = ""
     errors: list[dict] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)  # in shard order; sorted by the caller
+    offsets: list[int] = field(default_factory=list)  # of each sample, in shard order
+    lengths: list[int] = field(default_factory=list)  # of each sample's bytes
 
     @property
     def ok(self) -> bool:
@@ -111,6 +113,8 @@ def verify_shard(
         for sample in iter_samples(reader, shard_bytes=shard_bytes, max_member=max_member):
             report.samples += 1
             report.keys.append(sample.key)
+            report.offsets.append(sample.offset)
+            report.lengths.append(sample.end - sample.offset)
             problem = key_error(sample.key)
             if problem:
                 report.error(f"invalid key: {problem}", sample.offset, sample.key)
@@ -145,7 +149,14 @@ def check_shard(
         with open_stream() as stream:
             return verify_shard(name, stream, expected, required, shard_bytes, max_member)
     report = ShardReport(
-        name, samples=len(scan.keys), bytes=scan.bytes, crc32c=scan.crc32c, sha256=scan.sha256, keys=scan.keys
+        name,
+        samples=len(scan.keys),
+        bytes=scan.bytes,
+        crc32c=scan.crc32c,
+        sha256=scan.sha256,
+        keys=scan.keys,
+        offsets=scan.offsets.tolist(),
+        lengths=scan.lengths.tolist(),
     )
     _compare_with_manifest(report, expected)
     return report
