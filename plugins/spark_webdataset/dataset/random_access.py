@@ -40,24 +40,27 @@ class _IndexOpener:
         return RangeFile(storage_for(self.uri), self.uri, self.size)
 
 
+def index_file(version_uri: str, manifest: Manifest, cache_blocks: int = DEFAULT_CACHE_BLOCKS) -> IndexFile:
+    """The version's sample index, read by ranged reads (NoSampleIndex if it has none)."""
+    if not manifest.sample_index or manifest.sample_index_bytes is None:
+        raise NoSampleIndex(
+            f"{version_uri} has no sample index (written before spark-webdataset kept one): "
+            "write it again to read it by key"
+        )
+    path = storage_for(version_uri).join(version_uri, manifest.sample_index)
+    return IndexFile(_IndexOpener(path, manifest.sample_index_bytes), cache_blocks)
+
+
 class VersionSamples(Sequence[dict]):
     """A version's samples in key order: `len(r)`, `r[i]`, `r.get(key)`, `r.keys()`.
 
     A sample is a dict: `__key__` and one entry per field, its bytes."""
 
     def __init__(self, version_uri: str, manifest: Manifest, cache_blocks: int = DEFAULT_CACHE_BLOCKS) -> None:
-        if not manifest.sample_index or manifest.sample_index_bytes is None:
-            raise NoSampleIndex(
-                f"{version_uri} has no sample index (written before spark-webdataset kept one): "
-                "write it again to read it by key"
-            )
         self.uri = version_uri
         self.fields = [field["name"] for field in manifest.fields]
         self._shards = {shard.name for shard in manifest.shards}
-        storage = storage_for(version_uri)
-        self._index = IndexFile(
-            _IndexOpener(storage.join(version_uri, manifest.sample_index), manifest.sample_index_bytes), cache_blocks
-        )
+        self._index = index_file(version_uri, manifest, cache_blocks)
         self._samples = manifest.samples
 
     def __len__(self) -> int:

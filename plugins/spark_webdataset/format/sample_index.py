@@ -138,6 +138,7 @@ class _Keys:
 class _Block:
     def __init__(self, table: pa.Table) -> None:
         table = table.combine_chunks()
+        self.table = table
         self.keys = table.column("key").chunk(0) if table.num_rows else pa.array([], pa.string())
         self.shards = table.column("shard").to_pylist()
         self.offsets = table.column("offset").to_pylist()
@@ -228,6 +229,16 @@ class IndexFile:
             if row is not None:
                 return block.entry(row)
         return None
+
+    def blocks_from(self, key: str | None) -> Iterator[tuple[str | None, pa.Table]]:
+        """The blocks that may hold `key` and every later key, in order, each with its first key
+        (the caller stops when it has seen enough)."""
+        len(self)  # the footer
+        first = 0
+        if key is not None and all(found is not None for found in self._first_keys):
+            first = max(0, bisect.bisect_right(self._first_keys, key) - 1)
+        for number in range(first, len(self._starts)):
+            yield self._first_keys[number], self._block(number).table
 
     def keys(self) -> Iterator[str]:
         """Every key, in order, a block at a time."""

@@ -4,12 +4,16 @@
 dataset root (its LATEST published version) or a shard pattern (brace
 ranges and globs). Rows are `__key__`, `__url__`, then one column per
 field: binary unless the user's schema asks for another type. Fields the
-schema leaves out are skipped in the tar, never read into Python.
+schema leaves out are skipped in the tar, never read into Python. With
+key options, a version's sample index says which samples are in range:
+shards without one are not opened, and of the others only the selected
+samples' bytes are read (the whole shard when they are most of it).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import io
 import logging
 import os
 from dataclasses import dataclass
@@ -28,6 +32,8 @@ from .options import KeyRange, ReadOptions
 log = logging.getLogger(__name__)
 URL_COLUMN = "__url__"
 INFER_SAMPLES = 1000
+WHOLE_SHARD_FRACTION = 0.5  # selected samples holding more of a shard than this: read it whole, filter rows
+SPAN_READ_BYTES = 8 << 20  # a run of selected samples up to this size is one ranged read; longer ones stream
 
 
 def _expand_braces(pattern: str) -> list[str]:
@@ -44,7 +50,13 @@ def _match(pattern: str) -> list[str]:
 
 
 def resolve(uri: str) -> tuple[list[str], Manifest | None]:
-    """The shard URLs `uri` names, and the manifest that lists them if there is one.
+    """The shard URLs `uri` names, and the manifest that lists them if there is one."""
+    urls, manifest, _ = resolve_version(uri)
+    return urls, manifest
+
+
+def resolve_version(uri: str) -> tuple[list[str], Manifest | None, str | None]:
+    """`resolve`, with the version directory whose manifest it is (None for plain tars).
 
     A dataset root reads its LATEST version (checked against its publish
     record); a directory our writer staged into reads its manifest or is
@@ -63,11 +75,11 @@ def resolve(uri: str) -> tuple[list[str], Manifest | None]:
             version = Version.at(base)
             manifest = version.committed_manifest()
         if manifest is not None:
-            return [version.shard_uri(shard.name) for shard in manifest.shards], manifest
+            return [version.shard_uri(shard.name) for shard in manifest.shards], manifest, version.uri
         names = sorted(n for n in storage.list_sizes(base) if n.endswith(".tar"))
         if not names:
             raise InputError(f"{uri}: no manifest, LATEST or .tar shards there")
-        return [storage.join(base, n) for n in names], None
+        return [storage.join(base, n) for n in names], None, None
     urls: list[str] = []
     for pattern in _expand_braces(base):
         if any(c in pattern for c in "*?["):
@@ -78,7 +90,26 @@ def resolve(uri: str) -> tuple[list[str], Manifest | None]:
             raise InputError(f"shard {pattern} (from pattern {uri}) does not exist")
     if not urls:
         raise InputError(f"{uri}: the pattern matches no shard")
-    return urls, None
+    return urls, None, None
+
+
+def selected_samples(version_uri: str, manifest: Manifest, keys: KeyRange) -> dict[str, list[tuple[int, int, str]]]:
+    """The samples in the key range by the version's index: shard name -> [(offset, length, key)] in shard order."""
+    from ..dataset.random_access import index_file
+
+    lowest = max((bound for bound in (keys.minimum, keys.prefix) if bound is not None), default=None)
+    found: dict[str, list[tuple[int, int, str]]] = {}
+    for first_key, block in index_file(version_uri, manifest).blocks_from(lowest):
+        if first_key is not None and not keys.may_hold(first_key, first_key) and first_key > (lowest or ""):
+            break  # this block starts past the range: so do all later ones
+        rows = block.filter(keys.mask(block.column("key")))
+        for shard, offset, length, key in zip(
+            *(rows.column(name).to_pylist() for name in ("shard", "offset", "length", "key"))
+        ):
+            found.setdefault(shard, []).append((offset, length, key))
+    for samples in found.values():
+        samples.sort()
+    return found
 
 
 def infer_fields(urls: Sequence[str], skip_bad_shards: bool = False) -> list[str]:
@@ -118,6 +149,7 @@ class ShardPartition(InputPartition):
     url: str
     index: int
     expected: ShardEntry | None = None  # from the manifest: the shard must still be this one
+    samples: list[tuple[int, int, str]] | None = None  # (offset, length, key) to read; None: the whole shard
 
 
 class WebDatasetReader(DataSourceReader):
@@ -128,26 +160,41 @@ class WebDatasetReader(DataSourceReader):
         if KEY_COLUMN not in names:
             raise BadOption(f"the read schema must hold {KEY_COLUMN!r} (a string)")
         self.fields = [f.name for f in schema.fields if f.name not in (KEY_COLUMN, URL_COLUMN)]
-        self.urls, manifest = resolve(options.path)
+        self.urls, manifest, version_uri = resolve_version(options.path)
         self.entries: list[ShardEntry | None] = list(manifest.shards) if manifest else [None] * len(self.urls)
-        # A shard written from ascending keys holds nothing outside [first_key, last_key]: one
-        # whose range cannot meet the key options is not opened (the others filter their rows).
-        self.selected = [
-            index
-            for index, entry in enumerate(self.entries)
-            if options.keys is None or entry is None or not entry.keys_ascending
-            or options.keys.may_hold(entry.first_key, entry.last_key)
-        ]
+        self.samples: dict[int, list[tuple[int, int, str]]] = {}
+        if options.keys is not None and manifest is not None and manifest.sample_index and version_uri:
+            by_name = selected_samples(version_uri, manifest, options.keys)
+            self.selected = [index for index, entry in enumerate(manifest.shards) if entry.name in by_name]
+            for index in self.selected:
+                chosen = by_name[manifest.shards[index].name]
+                if sum(length for _, length, _ in chosen) <= WHOLE_SHARD_FRACTION * manifest.shards[index].bytes:
+                    self.samples[index] = chosen
+        else:
+            # A shard written from ascending keys holds nothing outside [first_key, last_key]: one
+            # whose range cannot meet the key options is not opened (the others filter their rows).
+            self.selected = [
+                index
+                for index, entry in enumerate(self.entries)
+                if options.keys is None or entry is None or not entry.keys_ascending
+                or options.keys.may_hold(entry.first_key, entry.last_key)
+            ]
         if len(self.selected) < len(self.entries):
             log.info("webdataset: the key options leave %d of %d shards to read", len(self.selected), len(self.entries))
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [ShardPartition(self.urls[index], index, self.entries[index]) for index in self.selected]
+        return [
+            ShardPartition(self.urls[index], index, self.entries[index], self.samples.get(index))
+            for index in self.selected
+        ]
 
     def read(self, partition: ShardPartition) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
         if not isinstance(partition, ShardPartition):
             return  # filters left no shard: Spark still runs one empty partition
         try:
+            if partition.samples is not None:
+                yield from self._sample_batches(partition.url, partition.samples)
+                return
             if self.options.skip_bad_shards:
                 _check_structure(partition.url)
             yield from self._batches(partition.url, partition.expected)
@@ -157,12 +204,57 @@ class WebDatasetReader(DataSourceReader):
                 raise error from None
             self._record_bad_shard(partition, error)
 
-    def _batches(self, url: str, expected: ShardEntry | None) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
-        """A record batch per chunk of the shard (format/fast_scan.py): binary columns go to Spark as parsed."""
-        import pyarrow as pa
+    def _sample_batches(self, url: str, samples: list[tuple[int, int, str]]) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
+        """The selected samples alone: each run of adjacent ones one ranged read (or a stream, if long),
+        parsed as a tar of its own; they must be the samples the index put there."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        from ..format.fast_scan import read_sample_batches
+
+        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+        storage = storage_for(url)
+        for start, end, expected in _runs(samples):
+            if end - start <= SPAN_READ_BYTES:
+                stream: io.RawIOBase = io.BytesIO(storage.read_range(url, start, end - start) + _END_OF_ARCHIVE)
+            else:
+                stream = _Span(storage.open_read(url), start, end)
+            with stream:
+                found: list[str] = []
+                for batch in read_sample_batches(stream, self.fields, shard_bytes=end - start + len(_END_OF_ARCHIVE)):
+                    found += batch.keys.to_pylist()
+                    yield self._record_batch(batch, url, arrow_schema)
+            if found != expected:
+                raise ManifestChanged(
+                    f"{url}: at offset {start} the sample index puts {len(expected)} sample(s) ({expected[0]!r}...), "
+                    f"but the shard holds {found[:3]!r}...: the version changed after it was indexed; read it again"
+                )
+
+    def _record_batch(self, batch, url: str, arrow_schema) -> "pyarrow.RecordBatch":  # noqa: F821
+        """Spark's columns from a batch of samples: binary as parsed, other types decoded."""
+        import pyarrow as pa
+
         from ..format.decode import decode_column
+
+        rows = len(batch.keys)
+        keys: list[str] | None = None  # as Python strings, only to name a value that does not decode
+        arrays = []
+        for field in arrow_schema:
+            if field.name == KEY_COLUMN:
+                arrays.append(batch.keys.cast(field.type))
+            elif field.name == URL_COLUMN:
+                arrays.append(pa.repeat(pa.scalar(url, field.type), rows))
+            elif field.type == pa.binary():
+                arrays.append(batch.columns[field.name])
+            else:
+                keys = batch.keys.to_pylist() if keys is None else keys
+                values = batch.columns[field.name].to_pylist()
+                arrays.append(decode_column(values, field.type, field.name, keys))
+        return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+    def _batches(self, url: str, expected: ShardEntry | None) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
+        """A record batch per chunk of the shard (format/fast_scan.py): binary columns go to Spark as parsed."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
         from ..format.fast_scan import read_sample_batches
 
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
@@ -176,23 +268,9 @@ class WebDatasetReader(DataSourceReader):
                 last_key = batch.keys[rows - 1].as_py()
                 if self.options.keys is not None:  # only the range's rows are decoded and sent
                     batch = batch.filter(self.options.keys.mask(batch.keys))
-                    rows = len(batch.keys)
-                    if not rows:
+                    if not len(batch.keys):
                         continue
-                keys: list[str] | None = None  # as Python strings, only to name a value that does not decode
-                arrays = []
-                for field in arrow_schema:
-                    if field.name == KEY_COLUMN:
-                        arrays.append(batch.keys.cast(field.type))
-                    elif field.name == URL_COLUMN:
-                        arrays.append(pa.repeat(pa.scalar(url, field.type), rows))
-                    elif field.type == pa.binary():
-                        arrays.append(batch.columns[field.name])
-                    else:
-                        keys = batch.keys.to_pylist() if keys is None else keys
-                        values = batch.columns[field.name].to_pylist()
-                        arrays.append(decode_column(values, field.type, field.name, keys))
-                yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+                yield self._record_batch(batch, url, arrow_schema)
         if expected is not None and (count, first_key, last_key) != (
             expected.samples,
             expected.first_key,
@@ -214,6 +292,54 @@ class WebDatasetReader(DataSourceReader):
             record = os.path.join(self.options.bad_shards_dir, f"{partition.index:06d}.json")
             with open(record, "w") as out:
                 json.dump({"shard": partition.url, "error": str(error)}, out)
+
+
+_END_OF_ARCHIVE = bytes(1024)
+
+
+def _runs(samples: list[tuple[int, int, str]]) -> Iterator[tuple[int, int, list[str]]]:
+    """Samples (offset, length, key) in shard order as runs of adjacent ones: (start, end, keys)."""
+    start = end = -1
+    keys: list[str] = []
+    for offset, length, key in samples:
+        if offset != end and keys:
+            yield start, end, keys
+            keys = []
+        if not keys:
+            start = offset
+        keys.append(key)
+        end = offset + length
+    if keys:
+        yield start, end, keys
+
+
+class _Span(io.RawIOBase):
+    """Bytes [start, end) of a shard stream, then the end-of-archive blocks: a tar of those samples."""
+
+    def __init__(self, stream, start: int, end: int) -> None:
+        self.stream = stream
+        stream.seek(start)
+        self.left = end - start
+        self.tail = _END_OF_ARCHIVE
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        view = memoryview(buffer).cast("B")
+        if self.left > 0:
+            data = self.stream.read(min(len(view), self.left))
+            if not data:
+                raise ManifestChanged("the shard ended before the samples its index lists")
+            self.left -= len(data)
+        else:
+            data, self.tail = self.tail[: len(view)], self.tail[len(view) :]
+        view[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self.stream.close()
+        super().close()
 
 
 def _check_structure(url: str) -> None:
