@@ -28,9 +28,9 @@ test: env
 	scripts/ensure_postgres.sh  # PostgreSQL for the compose stack's native test (tests/test_airflow_postgres.py)
 	source scripts/airflow_env.sh && $(PY) -m pytest -ra --cov --cov-report=term $(PYTEST_ARGS)
 
-bench: env  # each prints a table and writes bench/results/<name>.json
-	source scripts/airflow_env.sh && for b in write_throughput validate_throughput read_throughput gcs_upload_throughput cluster_scaling commit_scaling stream_throughput; do \
-	  $(PY) bench/$$b.py || exit 1; done
+bench: env  # every bench/*.py but the harness; each prints a table, writes bench/results/<name>.json (BENCH_ARGS=--quick: smoke run)
+	source scripts/airflow_env.sh && for b in $(filter-out bench/harness.py,$(sort $(wildcard bench/*.py))); do \
+	  $(PY) $$b $(BENCH_ARGS) || exit 1; done
 
 clean:
 	rm -rf data airflow_home spark-warehouse .pytest_cache
