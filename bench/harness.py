@@ -36,17 +36,9 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 
 
-def _plugins_dir(argv: list[str]) -> str:
-    """--plugins DIR measures another copy of the package (e.g. a proposed change)."""
-    for i, arg in enumerate(argv):
-        if arg == "--plugins" and i + 1 < len(argv):
-            return os.path.abspath(argv[i + 1])
-        if arg.startswith("--plugins="):
-            return os.path.abspath(arg.split("=", 1)[1])
-    return str(REPO / "plugins")
-
-
-PLUGINS = _plugins_dir(sys.argv)
+_early = argparse.ArgumentParser(add_help=False)
+_early.add_argument("--plugins", default=str(REPO / "plugins"))  # measure another copy of the package
+PLUGINS = os.path.abspath(_early.parse_known_args()[0].plugins)
 sys.path.insert(0, PLUGINS)
 # Spark's Python workers (below the JVM we start) inherit this environment: they import the
 # package from PLUGINS and this module by name (random_rows, the no-op writer).
@@ -482,14 +474,8 @@ ARROW_CONFS = ("spark.sql.execution.arrow.maxRecordsPerBatch", "spark.sql.execut
 
 
 def arrow_confs(spark: Any) -> dict[str, str | None]:
-    """The batch confs in effect (None where this Spark does not know one)."""
-    found: dict[str, str | None] = {}
-    for key in ARROW_CONFS:
-        try:
-            found[key] = spark.conf.get(key)
-        except Exception:  # noqa: BLE001 - not a registered conf in this version
-            found[key] = None
-    return found
+    """The batch confs in effect (None where unset)."""
+    return {key: spark.conf.get(key, None) for key in ARROW_CONFS}
 
 
 @contextlib.contextmanager

@@ -78,7 +78,8 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
             return {"shards": len(list((work / "batch").glob("shard-*.tar")))}
 
         payload = rows * args.sample_bytes
-        contenders = {"batch": Contender(batch, payload, check=shards), "stream": Contender(stream, payload)}
+        fresh = lambda: shutil.rmtree(work / "batch", ignore_errors=True)  # noqa: E731 - a new version each run
+        contenders = {"batch": Contender(batch, payload, fresh, shards), "stream": Contender(stream, payload)}
         info = {"rows": rows, "files": args.files, "sample_bytes": args.sample_bytes, "trigger_s": args.trigger_seconds}
         case = measure(Case("stream vs batch", contenders, [Ratio("stream", "batch")], info=info), args)
     finally:
