@@ -69,6 +69,12 @@ def task_rows(keys: pa.Array, shard: int, offsets, lengths, crcs) -> pa.RecordBa
     )
 
 
+def write_task_run(rows: pa.RecordBatch, sink: BinaryIO) -> None:
+    """A task's sorted rows (TASK_SCHEMA) as the Arrow stream the commit reads back."""
+    with pa.ipc.new_stream(sink, TASK_SCHEMA) as ipc:
+        ipc.write_table(pa.Table.from_batches([rows], TASK_SCHEMA), max_chunksize=65536)
+
+
 def concat_rows(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatch:
     """Batches as one (an empty one of `schema` for none)."""
     return pa.concat_batches(batches) if batches else pa.RecordBatch.from_pylist([], schema=schema)
@@ -265,4 +271,7 @@ def index_block_rows(source: BinaryIO | bytes) -> Iterator[pa.RecordBatch]:
         yield from parquet.read_row_group(number).to_batches()
 
 
-__all__ = ["BLOCK_ROWS", "Entry", "INDEX_SCHEMA", "IndexFile", "TASK_SCHEMA", "key_column", "write_index"]
+__all__ = [
+    "BLOCK_ROWS", "Entry", "INDEX_SCHEMA", "IndexFile", "TASK_SCHEMA", "concat_rows", "key_column", "task_rows",
+    "write_index", "write_task_run",
+]

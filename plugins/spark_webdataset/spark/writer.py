@@ -140,12 +140,11 @@ class WebDatasetWriter(DataSourceArrowWriter):
     # -- executors --------------------------------------------------------
 
     def write(self, iterator: Iterator["pyarrow.RecordBatch"]) -> WebDatasetCommitMessage:  # noqa: F821
-        import pyarrow as pa
         from pyspark import TaskContext
 
         from ..format.encode import encode_column
         from ..format.keys import sort_run
-        from ..format.sample_index import TASK_SCHEMA, concat_rows
+        from ..format.sample_index import TASK_SCHEMA, concat_rows, write_task_run
         from ..format.shard_writer import ShardWriter
 
         context = TaskContext.get()
@@ -173,8 +172,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
             rows, ascending = sort_run(concat_rows(writer.index_rows, TASK_SCHEMA))
             index_path = storage.join(staging, STAGED_INDEX_NAME)
             with storage.open_write(index_path) as stream:
-                with pa.ipc.new_stream(stream, TASK_SCHEMA) as ipc:
-                    ipc.write_table(pa.Table.from_batches([rows]), max_chunksize=65536)
+                write_task_run(rows, stream)
         except BaseException:
             writer.discard()
             storage.delete_tree(staging)
