@@ -71,14 +71,14 @@ class VersionSamples(Sequence[dict]):
             return self.get(position)
         if isinstance(position, slice):
             raise TypeError("read samples one at a time: r[i] or r.get(key)")
-        return self._read(self._index.at(position))
+        return self.read(self._index.at(position))
 
     def get(self, key: str) -> dict:  # type: ignore[override]
         """The sample with `key`; KeyError if the version has none."""
         entry = self._index.get(key)
         if entry is None:
             raise KeyError(key)
-        return self._read(entry)
+        return self.read(entry)
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self._index.get(key) is not None
@@ -87,11 +87,16 @@ class VersionSamples(Sequence[dict]):
         """Where the sample with `key` lies (shard, offset, length, crc32c), without reading it."""
         return self._index.get(key)
 
+    def locate_at(self, position: int) -> Entry:
+        """Where the `position`-th sample in key order lies, without reading it."""
+        return self._index.at(position)
+
     def keys(self) -> Iterator[str]:
         """Every key, in order (the index a block at a time; no shard is read)."""
         return self._index.keys()
 
-    def _read(self, entry: Entry) -> dict[str, Any]:
+    def read(self, entry: Entry) -> dict[str, Any]:
+        """The sample `entry` locates: one ranged read, proven against the entry (else SampleMismatch)."""
         if entry.shard not in self._shards:
             raise SampleMismatch(
                 f"{self.uri}: the sample index puts {entry.key!r} in shard {entry.shard!r}, which the manifest "

@@ -20,6 +20,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from ..configs import datasets_folder
 from ...errors import InputError
 from ...dataset.layout import Dataset, Version
+from ...dataset.random_access import VersionSamples
 from . import pages, preview as previews, sources, summary
 from ...errors import NotFound
 
@@ -92,16 +93,32 @@ def _overview(folder: str | Path | None) -> list[dict]:
     return rows
 
 
-def _preview(version: Version, entries: list[tuple[str, int]], n: int, mode: str, seed: int, shard: str | None) -> dict:
-    """`entries`: the version's (name, bytes) shards from its manifest; `shard` picks one of them."""
+def _preview(
+    version: Version, entries: list[tuple[str, int]], n: int, mode: str, seed: int, shard: str | None,
+    key: str | None = None,
+) -> dict:
+    """`entries`: the version's (name, bytes) shards from its manifest; `shard` picks one of them.
+    A version with a sample index serves random samples and a key through it."""
     shards = summary.choose_shards(version.uri, entries, shard)
-    if mode == "random":
-        result = previews.random_samples(version, shards, n, seed)
+    manifest = version.read_manifest()
+    indexed = None if manifest is None or not manifest.sample_index else VersionSamples(version.uri, manifest)
+    if mode == "key":
+        if not key:
+            raise InputError("mode key needs a key")
+        if indexed is None:
+            raise InputError(f"version {version.id!r} has no sample index to look keys up in")
+        result = previews.sample_by_key(indexed, key)
+    elif mode == "random":
+        if indexed is not None and shard is None:
+            result = previews.indexed_random_samples(indexed, n, seed)
+        else:
+            result = previews.random_samples(version, shards, n, seed)
     elif mode == "first":
         result = previews.first_samples(version, shards, n)
     else:
-        raise InputError(f"mode {mode!r} must be first or random")
+        raise InputError(f"mode {mode!r} must be first, random or key")
     return {"version": version.id, "shard": shard, "mode": mode, "seed": seed if mode == "random" else None,
+            "key": key if mode == "key" else None, "indexed": indexed is not None and shard is None and mode != "first",
             **result.to_dict()}
 
 
@@ -149,13 +166,13 @@ def create_app(folder: str | Path | None = None, user_dependency: Callable[..., 
     @app.get("/api/datasets/{name}/versions/{version}/preview")
     def api_preview(
         name: str, version: str, n: int = Query(DEFAULT_PREVIEW, ge=1, le=previews.MAX_SAMPLES),
-        mode: str = "first", seed: int = 0, shard: str | None = None,
+        mode: str = "first", seed: int = 0, shard: str | None = None, key: str | None = None,
     ) -> dict:
         config = _dataset(name, folder)
 
         def read() -> dict:
             found = summary.resolve_version(config.root, version)
-            return _preview(found, summary.shard_entries(found), n, mode, seed, shard)
+            return _preview(found, summary.shard_entries(found), n, mode, seed, shard, key)
 
         return {"name": name, **_call(read)}
 
@@ -184,7 +201,7 @@ def create_app(folder: str | Path | None = None, user_dependency: Callable[..., 
     @app.get("/datasets/{name}/versions/{version}", response_class=HTMLResponse)
     def page_version(
         request: Request, name: str, version: str, n: int = Query(DEFAULT_PREVIEW, ge=1, le=previews.MAX_SAMPLES),
-        mode: str = "first", seed: int = 0, shard: str | None = None,
+        mode: str = "first", seed: int = 0, shard: str | None = None, key: str | None = None,
     ) -> str:
         config = _dataset(name, folder)
         detail = _call(summary.version_detail, config.root, version)
@@ -194,7 +211,7 @@ def create_app(folder: str | Path | None = None, user_dependency: Callable[..., 
                 # the detail has read the manifest already: its shards are the preview's
                 entries = [(s["name"], s["bytes"]) for s in detail["shards"]]
                 found = Dataset(config.root).version(detail["version"])
-                preview = _call(_preview, found, entries, n, mode, seed, shard)
+                preview = _call(_preview, found, entries, n, mode, seed, shard, key)
             except HTTPException as error:
                 if error.status_code == 400:
                     raise
@@ -203,7 +220,7 @@ def create_app(folder: str | Path | None = None, user_dependency: Callable[..., 
         record_json = json.dumps(detail["publish_record"], indent=1) if detail["publish_record"] else ""
         return pages.render(
             "version", base=base(request), api=api, name=name, v=detail, preview=preview,
-            preview_error=preview_error, n=n, mode=mode, seed=seed, shard=shard, record_json=record_json,
+            preview_error=preview_error, n=n, mode=mode, seed=seed, shard=shard, key=key, record_json=record_json,
         )
 
     return app

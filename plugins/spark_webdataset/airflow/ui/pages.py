@@ -78,9 +78,11 @@ Fields: {% for f in v.fields %}<code>{{ f.name }}</code> ({{ f.type }}){% if not
  <button name="mode" value="first" type="submit" id="first">first N</button>
  <label>seed <input name="seed" type="number" value="{{ seed }}" size="6"></label>
  <button name="mode" value="random" type="submit" id="random">random N</button>
+ {% if not shard %}<label>key <input name="key" id="key" value="{{ key or '' }}" size="16"></label>
+ <button name="mode" value="key" type="submit" id="by-key">show key</button>{% endif %}
 </form>
 {% if preview_error %}<p class="error">{{ preview_error }}</p>{% endif %}
-{% if preview %}<p class="muted">{{ preview.count }} samples ({{ mode }}{% if mode == "random" %}, seed {{ seed }}{% endif %}), {{ size(preview.bytes_read) }} read{% if preview.stopped == "budget" %}, stopped at the read budget{% endif %}.</p>
+{% if preview %}<p class="muted">{{ preview.count }} samples ({{ mode }}{% if mode == "random" %}, seed {{ seed }}{% endif %}{% if mode == "key" %} {{ key }}{% endif %}{% if preview.indexed %}, by the sample index{% endif %}), {{ size(preview.bytes_read) }} read{% if preview.stopped == "budget" %}, stopped at the read budget{% endif %}.</p>
 {% for e in preview.errors %}<p class="error">{{ e.shard }}: {{ e.error }}</p>{% endfor %}
 <div class="samples" id="samples">{% for s in preview.samples %}
 <div class="sample" data-key="{{ s.key }}" data-label="{{ s.label or '' }}"><b>{{ s.key }}</b> <span class="muted">{{ s.shard }}@{{ s.offset }}</span>

@@ -1,4 +1,10 @@
-"""A bounded look at samples: the first N (or N at seeded random places) of a version or one shard.
+"""A bounded look at samples: the first N (or N at seeded random places) of a version or one shard,
+or the sample with a given key.
+
+A version with a sample index is read through it (`dataset/random_access.py`): random samples
+are N seeded positions in key order and a key is one lookup, each sample one ranged read of
+its own bytes. Versions without one (other tools' tars) are sampled by seeking: see
+`random_samples`.
 
 Shards are opened with the storage layer's `open_read` (ranged reads on
 gs://) and parsed with `format.sample_reader.iter_members`; payloads of
@@ -23,11 +29,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
-from ...errors import StorageError, TarFormatError
+from ...errors import SampleMismatch, StorageError, TarFormatError
 from ...format.names import key_error, split_member_name
 from ...format.sample_reader import iter_members
 from ...format.ustar import BLOCK
 from ...dataset.layout import Version
+from ...dataset.random_access import VersionSamples
 
 IMAGE_TYPES = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "webp": "image/webp", "gif": "image/gif"}
 TEXT_FIELDS = {"txt", "text", "cls", "cls2", "json", "jsn", "caption", "index", "id"}
@@ -270,3 +277,48 @@ def random_samples(version: Version, shards: list[tuple[str, int]], count: int, 
                 break
     preview.samples.sort(key=lambda s: (s["shard"], s["offset"]))
     return _finished(preview, count, budget, spent)
+
+
+def _indexed(samples: VersionSamples, entries: Iterator, count: int, budget: int, with_data_urls: bool) -> Preview:
+    """The samples the index `entries` locate, each one ranged read, until `count` or the budget."""
+    preview = Preview()
+    left = budget
+    for entry in entries:
+        if len(preview.samples) >= count:
+            break
+        if entry.length > left:
+            preview.stopped = "budget"
+            break
+        left -= entry.length
+        try:
+            sample = samples.read(entry)
+        except (SampleMismatch, StorageError, OSError) as error:
+            preview.errors.append({"shard": entry.shard, "offset": entry.offset, "key": entry.key,
+                                   "error": f"{type(error).__name__}: {error}"})
+            continue
+        key = sample.pop("__key__")
+        preview.add({"key": key, "shard": entry.shard, "offset": entry.offset, "key_problem": key_error(key),
+                     "members": [(field, data, len(data or b"")) for field, data in sample.items()]}, with_data_urls)
+    if preview.stopped != "budget":
+        preview.stopped = "count" if len(preview.samples) >= count else "end"
+    preview.bytes_read = budget - left
+    return preview
+
+
+def indexed_random_samples(samples: VersionSamples, count: int, seed: int, budget: int = DEFAULT_BUDGET,
+                           with_data_urls: bool = True) -> Preview:
+    """`count` distinct samples at seeded random positions in key order, read by the sample index."""
+    count = max(1, min(count, MAX_SAMPLES))
+    positions = sorted(random.Random(seed).sample(range(len(samples)), min(count, len(samples))))
+    return _indexed(samples, (samples.locate_at(p) for p in positions), count, budget, with_data_urls)
+
+
+def sample_by_key(samples: VersionSamples, key: str, budget: int = DEFAULT_BUDGET, with_data_urls: bool = True) -> Preview:
+    """The sample with `key` (one index lookup, one ranged read); none found is an error row."""
+    entry = samples.locate(key)
+    if entry is None:
+        preview = Preview()
+        preview.errors.append({"shard": None, "key": key, "error": f"no sample with key {key!r} in this version"})
+        return preview
+    return _indexed(samples, iter([entry]), 1, budget, with_data_urls)
+
