@@ -59,8 +59,9 @@ def quick(args: argparse.Namespace) -> None:
 
 def build_version(directory: Path, samples: int, payload: int, shards: int) -> dict[str, Any]:
     """`samples` samples (`bin` of `payload` random bytes, `cls` int) as `shards` shards + manifest."""
-    from spark_webdataset.dataset.layout import MANIFEST_NAME, shard_name
+    from spark_webdataset.dataset.layout import MANIFEST_NAME, sample_index_path, shard_name
     from spark_webdataset.format.encode import encode_column
+    from spark_webdataset.format.sample_index import INDEX_SCHEMA, TASK_SCHEMA, concat_rows, write_index
     from spark_webdataset.format.manifest import Manifest, ShardEntry
     from spark_webdataset.format.shard_writer import ShardWriter
 
@@ -82,7 +83,16 @@ def build_version(directory: Path, samples: int, payload: int, shards: int) -> d
         cls = pa.array(rng.integers(0, 1000, size=count), pa.int64())
         writer.write_batch(keys, [encode_column(binary, "bin"), encode_column(cls, "cls")])
     infos = writer.close()
+    # The sample index the commit would merge from the tasks' rows (keys already ascending).
+    rows = concat_rows(writer.index_rows, TASK_SCHEMA)
+    names = pa.array([shard_name(info.sequence) for info in infos], pa.string())
+    index = directory / sample_index_path(0)
+    index.parent.mkdir()
+    write_index([pa.record_batch([rows.column(0), names.take(rows.column(1)), *rows.columns[2:]],
+                                 names=INDEX_SCHEMA.names)], str(index))  # fmt: skip
     manifest = Manifest(
+        sample_index=sample_index_path(0),
+        sample_index_bytes=index.stat().st_size,
         shards=[ShardEntry.written(info, shard_name(info.sequence)) for info in infos],
         fields=[{"name": "bin", "type": "binary", "nullable": False}, {"name": "cls", "type": "bigint", "nullable": False}],
         options={"maxShardBytes": 1 << 40, "maxSamplesPerShard": per_shard, "mtime": 0, "allowPax": False},
