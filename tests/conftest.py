@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO, SUPPORT
+
 BIN = Path(sys.executable).parent
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -77,10 +78,10 @@ def spark(gcs_emulator):
         .config("spark.driver.memory", "2g")
         .config("spark.sql.session.timeZone", "UTC")
         # workers are reused (Spark's default; a fresh worker a task cost 3/4 of the reshard tests'
-        # time) and save their coverage after each task (tests/coverage_daemon.py)
+        # time) and save their coverage after each task (tests/support/coverage_daemon.py)
         .config("spark.python.worker.reuse", "true")
         .config("spark.python.daemon.module", "coverage_daemon")
-        .config("spark.executorEnv.PYTHONPATH", str(REPO / "tests"))
+        .config("spark.executorEnv.PYTHONPATH", str(SUPPORT))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
