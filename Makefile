@@ -25,7 +25,7 @@ run: env
 
 test: env
 	scripts/ensure_browser.sh  # chromium + chromedriver for the WebDataset view's browser test
-	scripts/ensure_postgres.sh  # PostgreSQL for the compose stack's native test (tests/test_airflow_postgres.py)
+	scripts/ensure_postgres.sh  # PostgreSQL for the compose stack's native test (tests/e2e/test_airflow_postgres.py)
 	source scripts/airflow_env.sh && $(PY) -m pytest -ra --cov --cov-report=term $(PYTEST_ARGS)
 
 bench: env  # every bench/*.py but the harness; each prints a table, writes bench/results/<name>.json (BENCH_ARGS=--quick: smoke run)
