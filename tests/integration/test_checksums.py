@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tests.support.helpers import crc32c_text
 
 from spark_webdataset.errors import BadOption, ChecksumMismatch, from_spark

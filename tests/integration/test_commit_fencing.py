@@ -20,6 +20,7 @@ import time
 import uuid
 
 import pytest
+
 from tests.support.fenced_committer import commit_samples, keys
 
 from spark_webdataset.errors import LostCommitLock, NotCommitted, VersionSealed

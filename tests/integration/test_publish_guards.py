@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tests.support.fenced_committer import published
 
 from spark_webdataset.errors import VersionSealed

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from tests.support.helpers import crc32c_text
 
 from spark_webdataset.errors import StorageError

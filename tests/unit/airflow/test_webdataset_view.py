@@ -17,6 +17,7 @@ with warnings.catch_warnings():
     from fastapi.testclient import TestClient
 
 from PIL import Image
+
 from spark_webdataset.airflow.ui import preview as previews
 from spark_webdataset.airflow.ui.app import airflow_user, create_app
 from spark_webdataset.dataset.layout import check_shard_name

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 from tests.support.helpers import crc32c_text
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from tests.support.fenced_committer import commit_samples, published
 
 from spark_webdataset import cli
