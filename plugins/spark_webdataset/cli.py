@@ -1,5 +1,5 @@
 """`spark-webdataset`: validate, publish and inspect datasets; check dataset configs; make the demo source;
-stream objects (shards) to stdout."""
+stream objects (shards) to stdout; read one sample by key through the sample index."""
 
 from __future__ import annotations
 
@@ -86,6 +86,29 @@ def _cat(args: argparse.Namespace) -> int:
     return 0
 
 
+def _get(args: argparse.Namespace) -> int:
+    """One sample by key: where it lies and its fields' sizes, or one field's bytes to stdout."""
+    import spark_webdataset
+
+    samples = spark_webdataset.open(args.uri)
+    entry = samples.locate(args.key)
+    if entry is None:
+        print(f"spark-webdataset get: no sample with key {args.key!r} in {samples.uri}", file=sys.stderr)
+        return EXIT_FAILED
+    sample = samples.read(entry)
+    if args.field is None:
+        fields = {name: len(data or b"") for name, data in sample.items() if name != "__key__"}
+        print(json.dumps({"key": entry.key, "shard": entry.shard, "offset": entry.offset, "length": entry.length,
+                          "version": samples.uri, "fields": fields}, indent=1))
+        return 0
+    if args.field not in sample or args.field == "__key__":
+        print(f"spark-webdataset get: sample {args.key!r} has no field {args.field!r}", file=sys.stderr)
+        return EXIT_FAILED
+    sys.stdout.buffer.write(sample[args.field] or b"")
+    sys.stdout.buffer.flush()
+    return 0
+
+
 CAT_CHUNK_BYTES = 1 << 20
 EXIT_BROKEN_PIPE = 141  # as a shell reports a process a closed pipe ended (128 + SIGPIPE); webdataset ignores it
 
@@ -169,6 +192,12 @@ def parser() -> argparse.ArgumentParser:
     )
     cat.add_argument("uri", nargs="+", help="a local path, file:// or gs:// URI")
     cat.set_defaults(run=_cat)
+
+    get = commands.add_parser("get", help="one sample by key (one ranged read through the sample index)")
+    get.add_argument("uri", help="a version directory or a dataset root (its LATEST), local or gs://")
+    get.add_argument("key")
+    get.add_argument("--field", help="write this field's bytes to stdout (default: where it lies and its fields)")
+    get.set_defaults(run=_get)
 
     demo = commands.add_parser("demo-source", help="write the scikit-learn digits demo source as parquet")
     demo.add_argument("directory")

@@ -177,7 +177,8 @@ class IndexFile:
 
     def _parquet(self) -> pq.ParquetFile:
         if self._file is None:
-            parquet = pq.ParquetFile(self._open_file(), pre_buffer=True)
+            self._source = self._open_file()
+            parquet = pq.ParquetFile(self._source)
             metadata = parquet.metadata
             starts, first_keys, at = [], [], 0
             key_field = metadata.schema.names.index("key")
@@ -204,7 +205,11 @@ class IndexFile:
         with self._lock:
             block = self._blocks.get(number)
             if block is None:
-                block = _Block(self._parquet().read_row_group(number))
+                parquet = self._parquet()
+                prefetch = getattr(self._source, "prefetch", None)
+                if prefetch is not None:  # the block's column chunks in one read
+                    prefetch(*_row_group_range(parquet.metadata.row_group(number)))
+                block = _Block(parquet.read_row_group(number))
                 self._blocks[number] = block
                 while len(self._blocks) > self._cache_blocks:
                     self._blocks.popitem(last=False)
@@ -257,6 +262,19 @@ class IndexFile:
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["open_file"], state["cache_blocks"])  # type: ignore[misc]
+
+
+def _row_group_range(group: pq.RowGroupMetaData) -> tuple[int, int]:
+    """(offset, length) of the bytes of a row group's column chunks."""
+    starts, ends = [], []
+    for number in range(group.num_columns):
+        column = group.column(number)
+        start = column.data_page_offset
+        if column.has_dictionary_page and column.dictionary_page_offset is not None:
+            start = min(start, column.dictionary_page_offset)
+        starts.append(start)
+        ends.append(start + column.total_compressed_size)
+    return min(starts), max(ends) - min(starts)
 
 
 def read_index(source: BinaryIO | bytes) -> pa.Table:
