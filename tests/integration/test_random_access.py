@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,7 +23,7 @@ from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import SampleMismatch
 from spark_webdataset.format.sample_index import read_index, write_index
 from spark_webdataset.storage import storage_for
-from tests.support.helpers import manifest
+from tests.support.helpers import manifest, run_cli
 from tests.support.streaming_driver import stream
 from tests.support.tars import tar_samples
 
@@ -120,6 +122,17 @@ def test_a_byte_flipped_after_publish_fails_the_read_naming_shard_and_offset(spa
         spark_webdataset.open(str(root)).get("s000077")
     assert target.shard in str(failure.value) and f"offset {target.offset}" in str(failure.value)
     assert spark_webdataset.open(str(root)).get("s000078")["__key__"] == "s000078"  # the others still read
+    # the CLI: where a sample lies, one field's bytes, and the damaged one named
+    described = json.loads(run_cli("get", str(root), "s000078").stdout)
+    assert (described["key"], described["version"]) == ("s000078", str(version))
+    assert described["fields"] == {"bin": 32, "txt": len(spark_webdataset.open(str(root)).get("s000078")["txt"]), "cls": 1}
+    field = subprocess.run(
+        [sys.executable, "-m", "spark_webdataset.cli", "get", str(root), "s000078", "--field", "bin"], capture_output=True
+    )
+    assert field.returncode == 0 and field.stdout == spark_webdataset.open(str(root)).get("s000078")["bin"]
+    damaged, absent = run_cli("get", str(root), "s000077", "--field", "txt"), run_cli("get", str(root), "nope")
+    assert damaged.returncode == 1 and f"offset {target.offset}" in damaged.stderr
+    assert absent.returncode == 1 and "no sample with key 'nope'" in absent.stderr
 
 
 @pytest.mark.parametrize("damage", ["one sample too few", "one byte too long"])
