@@ -133,11 +133,12 @@ class VersionSamples(Sequence[dict]):
 
 def open_samples(uri: str, cache_blocks: int = DEFAULT_CACHE_BLOCKS) -> VersionSamples:
     """Random access to a version directory, or to a dataset root's LATEST (checked against its publish record)."""
+    version = Version.at(uri)
     dataset = Dataset(uri)
-    if dataset.is_dataset_root():
+    # ROOT/versions/ID is a version: no requests to ask whether it is a dataset root
+    if version.id is None and dataset.is_dataset_root():
         version, manifest = dataset.latest()
     else:
-        version = Version.at(uri)
         found = version.committed_manifest()
         if found is None:
             raise NotCommitted(f"{uri}: no manifest there: not a version our writer committed, nor a dataset root")
