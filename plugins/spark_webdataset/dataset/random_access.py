@@ -134,13 +134,15 @@ class VersionSamples(Sequence[dict]):
 def open_samples(uri: str, cache_blocks: int = DEFAULT_CACHE_BLOCKS) -> VersionSamples:
     """Random access to a version directory, or to a dataset root's LATEST (checked against its publish record)."""
     version = Version.at(uri)
+    if version.id is not None:  # ROOT/versions/ID: its manifest first, no requests about roots
+        manifest = version.committed_manifest()
+        if manifest is not None:
+            return VersionSamples(version.uri, manifest, cache_blocks)
     dataset = Dataset(uri)
-    # ROOT/versions/ID is a version: no requests to ask whether it is a dataset root
-    if version.id is None and dataset.is_dataset_root():
+    if dataset.is_dataset_root():
         version, manifest = dataset.latest()
-    else:
-        found = version.committed_manifest()
-        if found is None:
-            raise NotCommitted(f"{uri}: no manifest there: not a version our writer committed, nor a dataset root")
-        manifest = found
-    return VersionSamples(version.uri, manifest, cache_blocks)
+        return VersionSamples(version.uri, manifest, cache_blocks)
+    found = version.committed_manifest()
+    if found is None:
+        raise NotCommitted(f"{uri}: no manifest there: not a version our writer committed, nor a dataset root")
+    return VersionSamples(version.uri, found, cache_blocks)
