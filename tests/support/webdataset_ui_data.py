@@ -12,7 +12,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from spark_webdataset.format.encode import encode_column
-from spark_webdataset.dataset.layout import shard_name
+from spark_webdataset.dataset.layout import sample_index_path, shard_name
+from spark_webdataset.format.keys import sort_run
+from spark_webdataset.format.sample_index import TASK_SCHEMA, concat_rows, named_rows, write_index
 from spark_webdataset.format.manifest import Manifest, ShardEntry
 from spark_webdataset.format.shard_writer import ShardWriter
 from spark_webdataset.dataset.layout import WRITER_MARK, WRITER_MARK_NAME, Dataset
@@ -41,7 +43,16 @@ def commit_table(root: Path | str, version: str, table: pa.Table, fields=DIGITS_
     shards = [
         ShardEntry(shard_name(i.sequence), i.samples, i.bytes, i.first_key, i.last_key, crc32c=i.crc32c) for i in infos
     ]
-    manifest = Manifest(shards=shards, fields=[{"name": f, "type": t} for f, _, t in fields], options={"maxShardBytes": max_shard_bytes})
+    rows, _ = sort_run(concat_rows(writer.index_rows, TASK_SCHEMA))
+    (directory / "_index").mkdir()
+    write_index([named_rows(rows, pa.array([shard.name for shard in shards]))], str(directory / sample_index_path(0)))
+    manifest = Manifest(
+        shards=shards,
+        fields=[{"name": f, "type": t} for f, _, t in fields],
+        options={"maxShardBytes": max_shard_bytes},
+        sample_index=sample_index_path(0),
+        sample_index_bytes=(directory / sample_index_path(0)).stat().st_size,
+    )
     (directory / "_manifest.json").write_bytes(manifest.to_json())
     return directory
 

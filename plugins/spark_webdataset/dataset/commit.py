@@ -83,12 +83,12 @@ def _task_index_rows(version: Version, path: str, names: list[str]) -> Iterator[
     """A task's sorted index rows, its shard numbers turned into the shards' final names."""
     import pyarrow as pa
 
+    from ..format.sample_index import named_rows
+
     shard_names = pa.array(names, pa.string())
     with version.storage.open_read(path) as stream:
         for batch in pa.ipc.open_stream(stream):
-            yield pa.record_batch(
-                [batch.column(0), shard_names.take(batch.column(1)), *batch.columns[2:]], schema=_merge_schema()
-            )
+            yield named_rows(batch, shard_names).cast(_merge_schema())
 
 
 def _version_index_rows(version: Version, path: str) -> Iterator["pa.RecordBatch"]:

@@ -271,7 +271,7 @@ def validate_version(
             report.add_error("unexpected file in the version directory", name)
     required = required_fields(manifest, require)
     tasks = list(_tasks(uri, manifest, present, required, report))
-    index = _index_rows(version, manifest, report)
+    index = _index_rows(version, manifest)
     if check is not None:
         results, duplicates, index_errors = check(uri, tasks, required, index)
     else:
@@ -302,11 +302,10 @@ def _check_totals(document: dict, manifest: Manifest, report: ValidationReport) 
             report.add_error(f"the manifest's {name} is {document.get(name)!r} but its shard list adds up to {value}")
 
 
-def _index_rows(version: Version, manifest: Manifest, report: ValidationReport) -> IndexRows:
-    """The index's rows, to be compared with the tars' (None, with an error, if there is none to compare)."""
+def _index_rows(version: Version, manifest: Manifest) -> IndexRows:
+    """The index's rows, to be compared with the tars' (None if the manifest names none: a version
+    written before spark-webdataset kept one is still valid, only not readable by key)."""
     if not manifest.sample_index:
-        if manifest.shards:
-            report.add_error("the manifest names no sample index (written before spark-webdataset kept one)")
         return None
     path = version.path(manifest.sample_index)
     storage = version.storage

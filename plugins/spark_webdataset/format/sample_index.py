@@ -69,6 +69,14 @@ def task_rows(keys: pa.Array, shard: int, offsets, lengths, crcs) -> pa.RecordBa
     )
 
 
+def named_rows(rows: pa.RecordBatch, shard_names: pa.Array) -> pa.RecordBatch:
+    """A task's rows with its shard numbers replaced by the shards' final names (INDEX_SCHEMA's
+    columns; the key stays as the task wrote it)."""
+    return pa.record_batch(
+        [rows.column(0), shard_names.take(rows.column(1)), *rows.columns[2:]], names=INDEX_SCHEMA.names
+    )
+
+
 def write_task_run(rows: pa.RecordBatch, sink: BinaryIO) -> None:
     """A task's sorted rows (TASK_SCHEMA) as the Arrow stream the commit reads back."""
     with pa.ipc.new_stream(sink, TASK_SCHEMA) as ipc:
@@ -290,6 +298,6 @@ def index_block_rows(source: BinaryIO | bytes) -> Iterator[pa.RecordBatch]:
 
 
 __all__ = [
-    "BLOCK_ROWS", "Entry", "INDEX_SCHEMA", "IndexFile", "TASK_SCHEMA", "concat_rows", "key_column", "task_rows",
+    "BLOCK_ROWS", "Entry", "INDEX_SCHEMA", "IndexFile", "TASK_SCHEMA", "concat_rows", "key_column", "named_rows", "task_rows",
     "write_index", "write_task_run",
 ]

@@ -66,7 +66,7 @@ def resolve_version(uri: str) -> tuple[list[str], Manifest | None, str | None]:
     storage = storage_for(uri)
     base = uri.rstrip("/")
     if base.endswith(".tar") and storage.exists(base):
-        return [base], None
+        return [base], None, None
     if not any(c in base for c in "*?[{"):
         dataset = Dataset(base)
         if dataset.is_dataset_root():

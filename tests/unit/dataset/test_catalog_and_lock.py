@@ -81,7 +81,7 @@ def commit_version(root: Path, version: str, keys: list[str], max_shard_bytes: i
         "key": "__key__",
         "fields": [{"name": "txt", "type": "string"}, {"name": "cls", "type": "bigint"}],
         "options": {"maxShardBytes": max_shard_bytes},
-        "key_run": None,
+        "sample_index": None,
         "run": {},
     }
     (directory / "_manifest.json").write_text(json.dumps(manifest, indent=1))
@@ -95,7 +95,7 @@ def test_a_root_has_one_spelling_and_its_paths_stay_inside_it(tmp_path: Path) ->
     assert Dataset(f"file://{tmp_path}/ds/").root == f"{tmp_path}/ds"
     version = Version.at(f"file://{tmp_path}/ds/versions/v1/")
     assert (version.id, version.dataset) == ("v1", Dataset(str(tmp_path / "ds")))
-    assert version.keys_uri == f"{tmp_path}/ds/versions/v1/_keys"
+    assert version.sample_index_dir_uri == f"{tmp_path}/ds/versions/v1/_index"
     assert version.lock_uri == f"{tmp_path}/ds/versions/v1/_commit.lock"
 
 

@@ -21,7 +21,8 @@ from spark_webdataset.dataset.layout import Version
 from spark_webdataset.dataset import commit
 from spark_webdataset.dataset.commit import commit_job, journal_job, roll_forward
 from spark_webdataset.spark.options import WriteOptions
-from spark_webdataset.dataset.layout import STAGED_KEYS_NAME
+from spark_webdataset.dataset.layout import STAGED_INDEX_NAME
+from spark_webdataset.format.sample_index import task_rows, write_task_run
 from spark_webdataset.spark.writer import WebDatasetCommitMessage, WebDatasetWriter
 from spark_webdataset.storage.local import LocalStorage
 
@@ -30,7 +31,7 @@ SCHEMA = StructType([StructField("__key__", StringType()), StructField("bin", Bi
 
 
 def staged_write(directory: Path) -> tuple[WebDatasetWriter, list[WebDatasetCommitMessage]]:
-    """A writer and the messages of SHARDS task attempts, one staged shard and key run each."""
+    """A writer and the messages of SHARDS task attempts, one staged shard and index run each."""
     writer = WebDatasetWriter(WriteOptions.parse({"path": str(directory)}), SCHEMA, overwrite=True)
     storage = writer.version.storage
     messages = []
@@ -39,12 +40,12 @@ def staged_write(directory: Path) -> tuple[WebDatasetWriter, list[WebDatasetComm
         data = f"shard of partition {partition}".encode()
         storage.write_atomic(storage.join(staging, "000000.tar"), data)
         key = f"{partition:05d}"
+        rows = task_rows(pa.array([key]), 0, [0], [len(data)], [0])
         sink = io.BytesIO()
-        with pa.ipc.new_stream(sink, pa.schema([("key", pa.large_string())])) as ipc:
-            ipc.write_table(pa.table([pa.array([key], pa.large_string())], names=["key"]))
-        storage.write_atomic(storage.join(staging, STAGED_KEYS_NAME), sink.getvalue())
+        write_task_run(rows, sink)
+        storage.write_atomic(storage.join(staging, STAGED_INDEX_NAME), sink.getvalue())
         info = ShardInfo(0, 1, len(data), crc32c_text(data), key, key)
-        messages.append(WebDatasetCommitMessage(partition, 0, partition, staging, [info], storage.join(staging, STAGED_KEYS_NAME)))
+        messages.append(WebDatasetCommitMessage(partition, 0, partition, staging, [info], storage.join(staging, STAGED_INDEX_NAME)))
     return writer, messages
 
 

@@ -20,9 +20,9 @@ from spark_webdataset.dataset.commit import Journal, journal_job, roll_forward
 JOB = "deadjob"
 
 
-def manifest(*names: str, key_run: str = "_keys/000001.arrow") -> bytes:
+def manifest(*names: str, sample_index: str = "_index/000001.parquet") -> bytes:
     shards = [ShardEntry(name, 1, 1024, f"k{i}", f"k{i}", crc32c="AAAAAA==") for i, name in enumerate(names)]
-    return Manifest(shards=shards, fields=[{"name": "txt", "type": "string"}], options={}, key_run=key_run).to_json()
+    return Manifest(shards=shards, fields=[{"name": "txt", "type": "string"}], options={}, sample_index=sample_index).to_json()
 
 
 def dead_commit(directory: Path, renames: list[tuple[str, str]], overwrite: bool = False) -> Version:
@@ -53,11 +53,11 @@ def test_no_journal_means_nothing_to_finish(tmp_path) -> None:
 
 def test_a_dead_commit_is_finished_once_and_its_leftovers_go(tmp_path) -> None:
     renames = [(staged("000000.tar"), "shard-000000.tar"), (staged("000001.tar"), "shard-000001.tar"),
-               (f"_staging/{JOB}/keys-000001.arrow", "_keys/000001.arrow")]  # fmt: skip
+               (f"_staging/{JOB}/index-000001.parquet", "_index/000001.parquet")]  # fmt: skip
     version = dead_commit(tmp_path, renames)
     (tmp_path / "shard-000007.tar").write_bytes(b"a shard no manifest lists")
-    (tmp_path / "_keys").mkdir()
-    (tmp_path / "_keys" / "000000.arrow").write_bytes(b"an older key run")
+    (tmp_path / "_index").mkdir()
+    (tmp_path / "_index" / "000000.parquet").write_bytes(b"an older sample index")
     # the dead driver had done its first rename already
     (tmp_path / staged("000000.tar")).rename(tmp_path / "shard-000000.tar")
     assert journal_job(version) == JOB
@@ -66,8 +66,8 @@ def test_a_dead_commit_is_finished_once_and_its_leftovers_go(tmp_path) -> None:
         assert roll_forward(version, lock) is True
     assert (tmp_path / "shard-000000.tar").read_bytes() == b"bytes of shard-000000.tar"
     assert (tmp_path / "shard-000001.tar").read_bytes() == b"bytes of shard-000001.tar"
-    assert Manifest.from_json((tmp_path / "_manifest.json").read_bytes()).key_run == "_keys/000001.arrow"
-    assert sorted(p.name for p in (tmp_path / "_keys").iterdir()) == ["000001.arrow"]
+    assert Manifest.from_json((tmp_path / "_manifest.json").read_bytes()).sample_index == "_index/000001.parquet"
+    assert sorted(p.name for p in (tmp_path / "_index").iterdir()) == ["000001.parquet"]
     assert not (tmp_path / "shard-000007.tar").exists()  # unlisted: a leftover of the dead job
     assert not Path(version.journal_uri).exists() and not (tmp_path / "_staging").exists()
     with CommitLock(version, "later") as lock:
@@ -77,7 +77,7 @@ def test_a_dead_commit_is_finished_once_and_its_leftovers_go(tmp_path) -> None:
 def test_an_overwrite_replaces_the_old_manifest(tmp_path) -> None:
     (tmp_path / "_manifest.json").write_bytes(manifest("shard-000000.tar", "shard-000001.tar"))
     (tmp_path / "shard-000001.tar").write_bytes(b"old")
-    renames = [(staged("000000.tar"), "shard-000000.tar"), (f"_staging/{JOB}/keys-000000.arrow", "_keys/000000.arrow")]
+    renames = [(staged("000000.tar"), "shard-000000.tar"), (f"_staging/{JOB}/index-000000.parquet", "_index/000000.parquet")]
     version = dead_commit(tmp_path, renames, overwrite=True)
     with CommitLock(version, "next") as lock:
         assert roll_forward(version, lock)
@@ -87,7 +87,7 @@ def test_an_overwrite_replaces_the_old_manifest(tmp_path) -> None:
 
 
 def test_a_journal_whose_staged_shard_is_gone_is_not_committed(tmp_path) -> None:
-    renames = [(staged("000000.tar"), "shard-000000.tar"), (f"_staging/{JOB}/keys-000000.arrow", "_keys/000000.arrow")]
+    renames = [(staged("000000.tar"), "shard-000000.tar"), (f"_staging/{JOB}/index-000000.parquet", "_index/000000.parquet")]
     version = dead_commit(tmp_path, renames)
     (tmp_path / staged("000000.tar")).unlink()  # neither staged nor final: the data is lost
     with CommitLock(version, "next") as lock, pytest.raises(NotCommitted) as caught:

@@ -33,7 +33,7 @@ from spark_webdataset.errors import (
 from spark_webdataset.format import ustar
 from spark_webdataset.format.decode import decode_column, parser_for
 from spark_webdataset.format.encode import encode_column
-from spark_webdataset.format.keys import KeyRun, count_duplicates, first_duplicate_in_blocks, merge_blocks
+from spark_webdataset.format.keys import count_duplicates, first_duplicate_in_blocks, merge_blocks, sort_run
 from spark_webdataset.format.names import (
     check_fields,
     first_invalid_key,
@@ -88,28 +88,25 @@ def test_member_names_that_fit_ustar_or_may_use_pax_pass() -> None:
 # -- key runs --------------------------------------------------------------------------------------
 
 
-def test_a_key_run_sorts_across_batches_and_names_a_repeated_key() -> None:
-    run = KeyRun()
-    assert run.sorted().to_pylist() == []
-    run.add(pa.array(["c", "a"]))
-    run.add(pa.array(["b"], pa.large_string()))
-    assert run.sorted().to_pylist() == ["a", "b", "c"]
-    run.add(pa.array(["d", "b"]))
+def _run(keys: list[str]) -> pa.RecordBatch:
+    return pa.record_batch([pa.array(keys, pa.large_string()), pa.array(range(len(keys)), pa.int32())], names=["key", "shard"])
+
+
+def test_a_key_run_sorts_and_names_a_repeated_key() -> None:
+    assert sort_run(_run([]))[0].num_rows == 0
+    ordered, ascending = sort_run(_run(["c", "a", "b"]))
+    assert ordered.column(0).to_pylist() == ["a", "b", "c"] and not ascending
+    assert ordered.column(1).to_pylist() == [1, 2, 0]  # the other columns follow their keys
     with pytest.raises(DuplicateKey, match="duplicate sample key 'b'"):
-        run.sorted()
+        sort_run(_run(["c", "b", "d", "b"]))
 
 
 def test_a_key_run_that_arrived_ascending_is_kept_as_is_and_an_adjacent_repeat_is_still_named() -> None:
-    run = KeyRun()
-    run.add(pa.array(["a", "b"]))
-    run.add(pa.array(["c"]))
-    assert run.sorted().to_pylist() == ["a", "b", "c"]
-    assert run.arrived_sorted
-    repeated = KeyRun()
-    repeated.add(pa.array(["a", "b", "b", "c"]))  # ascending but not strictly: sorted and checked
-    with pytest.raises(DuplicateKey, match="duplicate sample key 'b'"):
-        repeated.sorted()
-    assert not repeated.arrived_sorted
+    rows = _run(["a", "b", "c"])
+    kept, ascending = sort_run(rows)
+    assert kept is rows and ascending
+    with pytest.raises(DuplicateKey, match="duplicate sample key 'b'"):  # ascending but not strictly
+        sort_run(_run(["a", "b", "b", "c"]))
 
 
 def blocks(*parts: tuple[list[str], list[int]]) -> list[tuple[pa.Array, np.ndarray]]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from spark_webdataset.format.manifest import Manifest
 from spark_webdataset.errors import MemberSizeError
 from spark_webdataset.format import tar_rules, ustar
 from spark_webdataset.format.fast_scan import read_sample_batches
@@ -225,6 +226,9 @@ def hostile_view(tmp_path: Path):
     # the committed shard replaced by one another tool wrote: two keys our rules refuse
     data = member("ok.cls", b"1") + member("../evil.cls", b"2") + member("/abs/path.cls", b"3") + END
     (directory / "shard-000000.tar").write_bytes(data)
+    manifest = Manifest.from_json((directory / "_manifest.json").read_bytes())
+    manifest.sample_index = manifest.sample_index_bytes = None  # the other tool kept no sample index
+    (directory / "_manifest.json").write_bytes(manifest.to_json())
     configs = tmp_path / "datasets"
     write_digits_config(configs, "foreign", root)
     app = create_app(configs)

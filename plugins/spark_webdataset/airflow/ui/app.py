@@ -21,6 +21,7 @@ from ..configs import datasets_folder
 from ...errors import InputError
 from ...dataset.layout import Dataset, Version
 from ...dataset.random_access import VersionSamples
+from ...format.manifest import Manifest
 from . import pages, preview as previews, sources, summary
 from ...errors import NotFound
 
@@ -94,14 +95,12 @@ def _overview(folder: str | Path | None) -> list[dict]:
 
 
 def _preview(
-    version: Version, entries: list[tuple[str, int]], n: int, mode: str, seed: int, shard: str | None,
-    key: str | None = None,
+    version: Version, manifest: Manifest, n: int, mode: str, seed: int, shard: str | None, key: str | None = None
 ) -> dict:
-    """`entries`: the version's (name, bytes) shards from its manifest; `shard` picks one of them.
+    """`manifest`: the version's, read once by the caller; `shard` picks one of its shards.
     A version with a sample index serves random samples and a key through it."""
-    shards = summary.choose_shards(version.uri, entries, shard)
-    manifest = version.read_manifest()
-    indexed = None if manifest is None or not manifest.sample_index else VersionSamples(version.uri, manifest)
+    shards = summary.choose_shards(version.uri, [(s.name, s.bytes) for s in manifest.shards], shard)
+    indexed = VersionSamples(version.uri, manifest) if manifest.sample_index else None
     if mode == "key":
         if not key:
             raise InputError("mode key needs a key")
@@ -172,7 +171,10 @@ def create_app(folder: str | Path | None = None, user_dependency: Callable[..., 
 
         def read() -> dict:
             found = summary.resolve_version(config.root, version)
-            return _preview(found, summary.shard_entries(found), n, mode, seed, shard, key)
+            manifest = found.committed_manifest()
+            if manifest is None:
+                raise NotFound(f"{found.uri}: no manifest (the version was never committed)")
+            return _preview(found, manifest, n, mode, seed, shard, key)
 
         return {"name": name, **_call(read)}
 
@@ -204,14 +206,13 @@ def create_app(folder: str | Path | None = None, user_dependency: Callable[..., 
         mode: str = "first", seed: int = 0, shard: str | None = None, key: str | None = None,
     ) -> str:
         config = _dataset(name, folder)
-        detail = _call(summary.version_detail, config.root, version)
+        detail, manifest = _call(summary.version_detail_and_manifest, config.root, version)
         preview, preview_error = None, None
-        if detail["committed"]:
+        if manifest is not None:
             try:
-                # the detail has read the manifest already: its shards are the preview's
-                entries = [(s["name"], s["bytes"]) for s in detail["shards"]]
+                # the detail has read the manifest already: the preview uses it
                 found = Dataset(config.root).version(detail["version"])
-                preview = _call(_preview, found, entries, n, mode, seed, shard, key)
+                preview = _call(_preview, found, manifest, n, mode, seed, shard, key)
             except HTTPException as error:
                 if error.status_code == 400:
                     raise

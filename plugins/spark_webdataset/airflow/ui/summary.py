@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 
 from ...errors import NotFound
+from ...format.manifest import Manifest
 from ...format.names import key_error
 from ...dataset.catalog import UNREADABLE, RootListing
 from ...dataset.layout import PUBLISHED_DIR, Dataset, Version, check_shard_name, check_version_id, iso_utc
@@ -90,6 +91,11 @@ def _resolve(dataset: Dataset, version_id: str, latest: str | None) -> Version:
 def version_detail(root: str, version_id: str) -> dict:
     """A version's description (the catalog's), its shards (from its manifest), its validation report
     and its publish record."""
+    return version_detail_and_manifest(root, version_id)[0]
+
+
+def version_detail_and_manifest(root: str, version_id: str) -> tuple[dict, Manifest | None]:
+    """`version_detail`, and the manifest it read (the page's preview reads no second one)."""
     dataset = Dataset(root)
     latest = dataset.read_latest()  # once: it also resolves a version named LATEST
     version = _resolve(dataset, version_id, latest)
@@ -136,7 +142,8 @@ def version_detail(root: str, version_id: str) -> dict:
         "validation": report,
         "publish_record": record,
         "index": None if record is None else record.get("index"),
-    }
+        "sample_index_bytes": None if manifest is None else manifest.sample_index_bytes,
+    }, manifest
 
 
 def shard_entries(version: Version, shard: str | None = None) -> list[tuple[str, int]]:
