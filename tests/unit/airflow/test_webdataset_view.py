@@ -167,6 +167,37 @@ def test_random_preview_is_seeded_and_one_shard_can_be_previewed(world) -> None:
     assert page.text.count('src="data:image/png;base64,') == 4 and "Samples of shard-000001.tar" in page.text
 
 
+def test_random_samples_and_a_key_are_read_by_the_sample_index(world, monkeypatch) -> None:
+    """N random samples cost N ranged reads of the samples' own bytes (and the index's footer and
+    blocks), never a seek through a shard; a key is one lookup and one read."""
+    from spark_webdataset.storage.local import LocalStorage
+
+    reads: list[tuple[str, int]] = []
+    real = LocalStorage.read_range
+
+    def counted(self, path: str, offset: int, length: int) -> bytes:
+        reads.append((path.rsplit("/", 1)[-1], length))
+        return real(self, path, offset, length)
+
+    monkeypatch.setattr(LocalStorage, "read_range", counted)
+    client = world["client"]
+    body = client.get("/api/datasets/digits/versions/LATEST/preview?n=8&mode=random&seed=7").json()
+    assert body["indexed"] is True and body["count"] == 8
+    shard_reads = [length for name, length in reads if name.endswith(".tar")]
+    assert len(shard_reads) == 8 and body["bytes_read"] == sum(shard_reads)
+    for sample in body["samples"]:
+        assert sample["label"] == str(world["labels"][int(sample["key"])])
+    reads.clear()
+    one = client.get("/api/datasets/digits/versions/LATEST/preview?mode=key&key=00042").json()
+    assert [s["key"] for s in one["samples"]] == ["00042"] and one["samples"][0]["label"] == str(world["labels"][42])
+    assert [name for name, _ in reads if name.endswith(".tar")] == [one["samples"][0]["shard"]]
+    missing = client.get("/api/datasets/digits/versions/LATEST/preview?mode=key&key=99999").json()
+    assert missing["count"] == 0 and "no sample with key '99999'" in missing["errors"][0]["error"]
+    page = client.get("/datasets/digits/versions/LATEST?mode=key&key=00042")
+    assert page.status_code == 200 and 'data-key="00042"' in page.text and "by the sample index" in page.text
+    assert client.get("/api/datasets/digits/versions/LATEST/preview?mode=key").status_code == 400
+
+
 def test_a_preview_stops_at_its_byte_budget(world) -> None:
     from spark_webdataset.airflow.ui.summary import resolve_version, shard_entries
 
