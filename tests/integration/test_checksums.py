@@ -22,6 +22,7 @@ import pytest
 from tests.support.helpers import crc32c_text
 
 from spark_webdataset.errors import BadOption, ChecksumMismatch, from_spark
+from spark_webdataset.dataset.layout import STAGED_INDEX_NAME
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.dataset.validate import validate_version
@@ -194,7 +195,7 @@ def test_on_gcs_the_manifest_crc32c_is_the_objects_own(spark, bucket) -> None:
 
 def test_on_gcs_a_commit_fails_when_the_server_crc32c_differs_naming_the_shard(spark, bucket) -> None:
     # A real fault on the real emulator, no monkeypatching: after the task has uploaded its shard
-    # (its keys file, written after the shard is closed, is there), the staged object is replaced on
+    # (its index run, written after the shard is closed, is there), the staged object is replaced on
     # the server by bytes with one byte flipped, while the commit waits under its lock
     # (fault point commit:manifest-read sleeps). The commit then finds a server crc32c that is not the one the task computed.
     from spark_webdataset.storage.gcs import client, split
@@ -208,8 +209,8 @@ def test_on_gcs_a_commit_fails_when_the_server_crc32c_differs_naming_the_shard(s
         deadline = time.monotonic() + 120
         while not done.is_set() and time.monotonic() < deadline:
             names = {b.name for b in client().list_blobs(bucket_name, prefix=staging_prefix)}
-            done_tasks = sorted(n for n in names if n.endswith("/keys.arrow"))
-            staged = [n[: -len("keys.arrow")] + "000000.tar" for n in done_tasks]
+            done_tasks = sorted(n for n in names if n.endswith("/" + STAGED_INDEX_NAME))
+            staged = [n[: -len(STAGED_INDEX_NAME)] + "000000.tar" for n in done_tasks]
             if staged:
                 blob = client().bucket(bucket_name).blob(staged[0])
                 data = bytearray(blob.download_as_bytes())

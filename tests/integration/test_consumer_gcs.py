@@ -52,8 +52,8 @@ def gcs_root(bucket, tmp_path) -> dict:
     for version in VERSIONS:
         local = commit_table(tmp_path / "local", version, table, max_shard_bytes=64 * 1024)
         target = Dataset(root).version(version)
-        for path in sorted(local.iterdir()):
-            with storage.open_write(target.path(path.name)) as out:
+        for path in sorted(p for p in local.rglob("*") if p.is_file()):
+            with storage.open_write(target.path(str(path.relative_to(local)))) as out:
                 out.write(path.read_bytes())
         report = validate_version(target.uri, workers=1)
         assert report.ok, report.summary()

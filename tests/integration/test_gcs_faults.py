@@ -114,7 +114,7 @@ def test_retried_task_on_gcs_keeps_exactly_the_samples(spark, bucket) -> None:
     storage = storage_for(target)
     names = sorted(storage.list_sizes(target))
     assert names == ["_WEBDATASET", "_manifest.json"] + [f"shard-{i:06d}.tar" for i in range(6)]
-    assert storage.list_dirs(target) == ["_keys"]  # the key run; no staging left
+    assert storage.list_dirs(target) == ["_index"]  # the sample index; no staging left
     keys = sorted(r["__key__"] for r in spark.read.format("webdataset").load(target).collect())
     assert keys == [f"k{i:04d}" for i in range(300)]
 

@@ -37,7 +37,7 @@ def test_spark_write_validate_publish_and_read_back(spark, bucket, gcs_emulator,
     assert manifest.samples == 1797 and len(manifest.shards) >= 3
     expected = ["_WEBDATASET", "_manifest.json", *(s.name for s in manifest.shards)]
     assert sorted(storage.list_sizes(version)) == sorted(expected)
-    assert storage.list_dirs(version) == ["_keys"]  # no staging left
+    assert storage.list_dirs(version) == ["_index"]  # no staging left
     for shard in manifest.shards:
         assert crc32c_text(storage.read_bytes(f"{version}/{shard.name}")) == shard.crc32c
 

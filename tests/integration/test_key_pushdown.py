@@ -73,10 +73,18 @@ def test_a_filtered_query_leaves_the_next_query_of_the_same_dataframe_whole(spar
 
 
 @pytest.mark.slow
-def test_a_version_not_sorted_by_key_is_read_whole_and_filtered(spark, tmp_path) -> None:
+def test_a_version_not_sorted_by_key_is_read_by_its_sample_index(spark, tmp_path) -> None:
     target = tmp_path / "unsorted"
     document = write(spark, target, sorted_by_key=False)
-    assert not any(s["keys_ascending"] for s in document["shards"])
+    assert not any(s["keys_ascending"] for s in document["shards"]) and len(document["shards"]) > 1
+    frame = _range(spark, target, keyMin="k0042", keyMax="k0042")
+    assert frame.rdd.getNumPartitions() == 1  # the index names the one shard that holds it
+    assert [(r["__key__"], r["cls"]) for r in frame.collect()] == [("k0042", 2)]
+    # without its index (an older writer's manifest) the version is read whole and filtered
+    manifest = target / "_manifest.json"
+    data = json.loads(manifest.read_text())
+    data["sample_index"] = None
+    manifest.write_text(json.dumps(data))
     frame = _range(spark, target, keyMin="k0042", keyMax="k0042")
     assert frame.rdd.getNumPartitions() == len(document["shards"])
     assert [(r["__key__"], r["cls"]) for r in frame.collect()] == [("k0042", 2)]

@@ -43,7 +43,7 @@ def test_retried_task_gives_exactly_the_input(spark, tmp_path, action: str, part
     assert sorted(keys) == [f"s{i:05d}" for i in range(600)]
     # our mark, the manifest, the key run, the shards; dot-files are local storage's lock files
     listed = sorted(name for name in os.listdir(target) if not name.startswith("."))
-    assert listed == ["_WEBDATASET", "_keys", "_manifest.json"] + [p.name for p in shard_paths(target)]
+    assert listed == ["_WEBDATASET", "_index", "_manifest.json"] + [p.name for p in shard_paths(target)]
 
 
 def test_failed_job_leaves_no_manifest_and_next_run_cleans_staging(spark, tmp_path) -> None:

@@ -237,7 +237,7 @@ def test_root_read_checks_the_manifest_against_its_publish_record(spark, tmp_pat
     root = str(tmp_path / "ds")
     version = published_root(spark, root)
     data = Path(version.manifest_uri).read_bytes()
-    Path(version.manifest_uri).write_bytes(data.replace(b'"key_run"', b'"key_run" ', 1))  # same shards, other bytes
+    Path(version.manifest_uri).write_bytes(data.replace(b'"sample_index"', b'"sample_index" ', 1))  # same shards, other bytes
     assert isinstance(raised(lambda: spark.read.format("webdataset").load(root).count()), ManifestChanged)
 
 
