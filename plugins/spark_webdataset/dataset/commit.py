@@ -83,29 +83,20 @@ def _task_index_rows(version: Version, path: str, names: list[str]) -> Iterator[
     """A task's sorted index rows, its shard numbers turned into the shards' final names."""
     import pyarrow as pa
 
-    from ..format.sample_index import named_rows
+    from ..format.sample_index import MERGE_SCHEMA, named_rows
 
     shard_names = pa.array(names, pa.string())
     with version.storage.open_read(path) as stream:
         for batch in pa.ipc.open_stream(stream):
-            yield named_rows(batch, shard_names).cast(_merge_schema())
+            yield named_rows(batch, shard_names).cast(MERGE_SCHEMA)
 
 
 def _version_index_rows(version: Version, path: str) -> Iterator["pa.RecordBatch"]:
-    from ..format.sample_index import index_block_rows
+    from ..format.sample_index import MERGE_SCHEMA, index_block_rows
 
     with version.storage.open_read(path) as stream:
         for batch in index_block_rows(stream):
-            yield batch.cast(_merge_schema())
-
-
-def _merge_schema() -> "pa.Schema":
-    """Index rows as the merge carries them: the tasks' large keys, the final shard names."""
-    import pyarrow as pa
-
-    from ..format.sample_index import INDEX_SCHEMA
-
-    return pa.schema([pa.field("key", pa.large_string()), *list(INDEX_SCHEMA)[1:]])
+            yield batch.cast(MERGE_SCHEMA)
 
 
 def _digest(data: bytes | None) -> str | None:

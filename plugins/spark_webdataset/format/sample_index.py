@@ -43,15 +43,9 @@ INDEX_SCHEMA = pa.schema(
     metadata={"kind": INDEX_KIND},
 )
 # A writer task's run: the same rows, its shards by sequence number (final names come at the commit).
-TASK_SCHEMA = pa.schema(
-    [
-        ("key", pa.large_string()),
-        ("shard", pa.int32()),
-        ("offset", pa.int64()),
-        ("length", pa.int64()),
-        ("crc32c", pa.uint32()),
-    ]
-)
+TASK_SCHEMA = pa.schema([("key", pa.large_string()), ("shard", pa.int32()), *list(INDEX_SCHEMA)[2:]])
+# Rows as the commit merges them: the tasks' large keys, the shards' final names.
+MERGE_SCHEMA = pa.schema([("key", pa.large_string()), *list(INDEX_SCHEMA)[1:]])
 
 
 def task_rows(keys: pa.Array, shard: int, offsets, lengths, crcs) -> pa.RecordBatch:
@@ -298,6 +292,6 @@ def index_block_rows(source: BinaryIO | bytes) -> Iterator[pa.RecordBatch]:
 
 
 __all__ = [
-    "BLOCK_ROWS", "Entry", "INDEX_SCHEMA", "IndexFile", "TASK_SCHEMA", "concat_rows", "key_column", "named_rows", "task_rows",
+    "BLOCK_ROWS", "Entry", "INDEX_SCHEMA", "IndexFile", "MERGE_SCHEMA", "TASK_SCHEMA", "concat_rows", "key_column", "named_rows", "task_rows",
     "write_index", "write_task_run",
 ]
