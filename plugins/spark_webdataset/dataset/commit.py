@@ -31,6 +31,7 @@ so readers see the old set, the new set, or "not committed", never a mix.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime
 import enum
 import hashlib
@@ -91,12 +92,21 @@ def _task_index_rows(version: Version, path: str, names: list[str]) -> Iterator[
             yield named_rows(batch, shard_names).cast(MERGE_SCHEMA)
 
 
-def _version_index_rows(version: Version, path: str) -> Iterator["pa.RecordBatch"]:
+def _version_index_rows(version: Version, path: str, parent: str | None = None) -> Iterator["pa.RecordBatch"]:
+    """A version's index rows; read from a `parent`, its own shards' locations become references."""
+    import pyarrow.compute as pc
+
     from ..format.sample_index import MERGE_SCHEMA, index_block_rows
 
     with version.storage.open_read(path) as stream:
         for batch in index_block_rows(stream):
-            yield batch.cast(MERGE_SCHEMA)
+            batch = batch.cast(MERGE_SCHEMA)
+            if parent is not None:
+                shards = batch.column(1)
+                own = pc.invert(pc.starts_with(shards, "../"))
+                referenced = pc.if_else(own, pc.binary_join_element_wise(f"../{parent}/", shards, ""), shards)
+                batch = batch.set_column(1, "shard", referenced)
+            yield batch
 
 
 def _digest(data: bytes | None) -> str | None:
@@ -141,7 +151,7 @@ class Journal:
     def new_shards(self) -> list[ShardEntry]:
         """The manifest entries of the shards this journal renames into place."""
         targets = {final for _, final in self.renames}
-        return [shard for shard in Manifest.from_json(self.manifest).shards if shard.name in targets]
+        return [shard for shard in Manifest.from_json(self.manifest).own_shards if shard.name in targets]
 
 
 class JournalState(enum.Enum):
@@ -255,7 +265,7 @@ def _sweep(version: Version, journal: Journal, lock: CommitLock) -> None:
     the one listed (after a lease check), so a committer that froze here removes nothing newer."""
     storage = version.storage
     manifest = Manifest.from_json(journal.manifest)
-    listed = {shard.name for shard in manifest.shards}
+    listed = {shard.name for shard in manifest.own_shards}  # a referenced shard's name protects nothing here
     keep = manifest.sample_index.rsplit("/", 1)[-1] if manifest.sample_index else None
     lock.check()
     for directory, unlisted in (
@@ -387,6 +397,7 @@ class CommitRequest:
     application_id: str | None = None
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     stream: StreamBatch | None = None
+    parent: str | None = None  # a published version of the same root to build on (its shards referenced)
 
     @property
     def version(self) -> Version:
@@ -414,6 +425,7 @@ def commit_job(request: CommitRequest) -> Manifest | None:
             manifest_bytes, _ = version.read_manifest_bytes()
             faults.point("commit:manifest-read")
             existing = None if request.overwrite or manifest_bytes is None else Manifest.from_json(manifest_bytes)
+            base, base_index = _base(version, request, existing)
             if stream is not None and existing is not None and stream.committed_in(existing):
                 log.warning(
                     "webdataset: batch %d of the stream checkpointed at %s is in %s already "
@@ -425,15 +437,15 @@ def commit_job(request: CommitRequest) -> Manifest | None:
             if stream is not None and not any(message.shards for message in messages):
                 _remove_staging(request)
                 return existing  # an empty micro-batch: nothing to name, nothing to record
-            if existing is not None and [f["name"] for f in existing.fields] != [f["name"] for f in request.fields]:
+            if base is not None and [f["name"] for f in base.fields] != [f["name"] for f in request.fields]:
                 raise FieldMismatch(
                     f"append to {version.uri}: the DataFrame's fields {[f['name'] for f in request.fields]} differ "
-                    f"from the version's {[f['name'] for f in existing.fields]}"
+                    f"from the {'version' if base is existing else 'parent version'}'s {[f['name'] for f in base.fields]}"
                 )
-            names = _shard_names(messages, existing)
-            index = _merge_index(version, request, messages, names, existing)
+            names = _shard_names(messages, base)
+            index = _merge_index(version, request, messages, names, base, base_index, existing)
             lock.renew()
-            planned = _plan(version, request, messages, names, existing, index, base=_digest(manifest_bytes))
+            planned = _plan(version, request, messages, names, base, index, base=_digest(manifest_bytes))
             _check_uploads(version, messages, planned)
             lock.check()
             faults.point("commit:planned")
@@ -505,27 +517,55 @@ def _shard_names(messages: list[StagedAttempt], existing: Manifest | None) -> li
     return names
 
 
-def _merge_index(
-    version: Version,
-    request: CommitRequest,
-    messages: list[StagedAttempt],
-    names: list[list[str]],
-    existing: Manifest | None,
-) -> tuple[str, int]:
-    """Merge the tasks' sorted index rows (and the version's index, on append) into the next index,
-    staged in the job's directory; raise on a duplicate key. (its staged path, its size)"""
-    from ..format.sample_index import write_index
-
-    sources: list[Iterator["pa.RecordBatch"]] = []
-    owners: list[str] = []
-    if existing is not None and existing.shards:
+def _base(version: Version, request: CommitRequest, existing: Manifest | None) -> tuple[Manifest | None, Iterator | None]:
+    """What the commit builds on: the version's manifest (an append), or its parent's with every
+    shard a reference (a new version with a parent); and that manifest's index rows, lazily."""
+    if request.parent is None or (existing is not None and existing.parent == request.parent):
+        if existing is None or not existing.shards:
+            return existing, None
         if not existing.sample_index:
             raise NoSampleIndex(
                 f"{version.uri} was written before spark-webdataset kept a sample index: appending to it "
                 "cannot prove the new keys unique; write it again (mode overwrite) or into a new version"
             )
-        sources.append(_version_index_rows(version, version.path(existing.sample_index)))
-        owners.append(f"the version's {len(existing.shards)} committed shard(s)")
+        return existing, _version_index_rows(version, version.path(existing.sample_index))
+    if existing is not None:
+        raise ConcurrentCommit(
+            f"{version.uri} is built on {existing.parent or 'no parent'}; a write built on {request.parent} "
+            "cannot append to it (write a new version, or overwrite this one)"
+        )
+    if version.dataset is None:
+        raise NotCommitted(f"{version.uri}: a version with a parent must be ROOT/versions/ID of a dataset root")
+    parent_version, parent = version.dataset.published(request.parent)
+    if parent.shards and not parent.sample_index:
+        raise NoSampleIndex(f"{parent_version.uri} has no sample index: a child version cannot prove its keys new")
+    referenced = dataclasses.replace(
+        parent, shards=[shard.referenced_from(request.parent) for shard in parent.shards], run={}
+    )
+    rows = None
+    if parent.shards:
+        rows = _version_index_rows(parent_version, parent_version.path(parent.sample_index), parent=request.parent)
+    return referenced, rows
+
+
+def _merge_index(
+    version: Version,
+    request: CommitRequest,
+    messages: list[StagedAttempt],
+    names: list[list[str]],
+    base: Manifest | None,
+    base_index: Iterator["pa.RecordBatch"] | None,
+    existing: Manifest | None,
+) -> tuple[str, int]:
+    """Merge the tasks' sorted index rows (and the index of what the commit builds on) into the next
+    index, staged in the job's directory; raise on a duplicate key. (its staged path, its size)"""
+    from ..format.sample_index import write_index
+
+    sources: list[Iterator["pa.RecordBatch"]] = []
+    owners: list[str] = []
+    if base_index is not None and base is not None:
+        sources.append(base_index)
+        owners.append(f"the {'version' if base is existing else 'parent version'}'s {len(base.shards)} committed shard(s)")
     for message, shard_names in zip(messages, names):
         if message.index_path:
             sources.append(_task_index_rows(version, message.index_path, shard_names))
@@ -577,7 +617,7 @@ def _plan(
     base: str | None,
 ) -> Journal:
     stream = request.stream
-    kept = list(existing.shards) if existing else []
+    kept = list(existing.shards) if existing else []  # the version's, or the parent's as references
     renames: list[tuple[str, str]] = []
     entries: list[ShardEntry] = []
     for message, shard_names in zip(messages, names):
@@ -597,6 +637,7 @@ def _plan(
         options=request.options,
         sample_index=sample_index,
         sample_index_bytes=index_bytes,
+        parent=request.parent if request.parent is not None else (existing.parent if existing else None),
         run={
             "spark_application_id": request.application_id,
             "job_id": request.job_id,

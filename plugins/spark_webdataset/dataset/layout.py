@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ..errors import InputError, InvalidVersionId, ManifestChanged, NestedDatasetRoot, NotCommitted, VersionSealed
-from ..format.manifest import Manifest
+from ..format.manifest import Manifest, ShardEntry
 from ..storage import Storage, storage_for
 
 VERSIONS_DIR = "versions"
@@ -89,6 +89,17 @@ def check_shard_name(name: object) -> str:
     if not isinstance(name, str) or not _SHARD_FILE.fullmatch(name) or ".." in name:
         raise InputError(f"shard name {name!r} is not a shard file name ([A-Za-z0-9][A-Za-z0-9._-]*.tar, no '..')")
     return name
+
+def check_shard_location(location: object) -> str:
+    """A shard's location relative to a version directory: a shard file name, or `../<version id>/<name>`
+    (a shard referenced from the version that stores it); anything else is refused."""
+    if isinstance(location, str) and location.startswith("../") and location.count("/") == 2:
+        _, stored_in, name = location.split("/")
+        check_version_id(stored_in)
+        check_shard_name(name)
+        return location
+    return check_shard_name(location)
+
 
 VERSION_ID_RULE = "[A-Za-z0-9][A-Za-z0-9._-]{0,127}, and no '..'"
 _VERSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -334,8 +345,12 @@ class Dataset:
         latest = self.read_latest()
         if latest is None:
             raise NotCommitted(f"{self.root}: no {LATEST_NAME}; publish a version first")
-        version = self.version(latest)
-        record = self.read_record(latest)
+        return self.published(latest)
+
+    def published(self, version_id: str) -> tuple["Version", Manifest]:
+        """A published version and its manifest (read once), checked against its publish record."""
+        version = self.version(version_id)
+        record = self.read_record(version_id)
         data, _ = version.read_manifest_bytes()
         digest = None if data is None else hashlib.sha256(data).hexdigest()
         if data is None or record is None or record.get("manifest_sha256") != digest:
@@ -416,6 +431,28 @@ class Version:
     def shard_uri(self, index_or_name: int | str) -> str:
         name = shard_name(index_or_name) if isinstance(index_or_name, int) else index_or_name
         return self.path(name)
+
+    def entry_uri(self, entry: "ShardEntry") -> str:
+        """Where a manifest entry's bytes are: here, or in the version a reference names (resolved
+        through the dataset, never by joining `..`, which object stores do not resolve)."""
+        if entry.version is None:
+            return self.path(entry.name)
+        if self.dataset is None:
+            raise NotCommitted(f"{self.uri}: references shards of version {entry.version!r}, but is not inside a dataset root")
+        return self.dataset.version(entry.version).shard_uri(entry.name)
+
+    def location_uri(self, location: str) -> str:
+        """Where a shard location (`name` or `../<version>/<name>`, as the index and shardindex.json
+        give it) is, checked by the location rule."""
+        check_shard_location(location)
+        if not location.startswith("../"):
+            return self.path(location)
+        _, stored_in, name = location.split("/")
+        return self.entry_uri(ShardEntry(name, 0, 0, "", "", version=stored_in))
+
+    def location_uris(self, manifest: Manifest) -> dict[str, str]:
+        """Each shard's location (as the sample index names it) and where its bytes are."""
+        return {entry.location: self.entry_uri(entry) for entry in manifest.shards}
 
     @property
     def name(self) -> str:

@@ -52,7 +52,8 @@ class PublishResult:
 
 
 def _index_entry(shard: ShardEntry, checked: dict | None) -> dict:
-    entry = {"url": shard.name, "nsamples": shard.samples, "filesize": shard.bytes}
+    # a referenced shard by its URL relative to this index: ../<version>/shard-000003.tar
+    entry = {"url": shard.location, "nsamples": shard.samples, "filesize": shard.bytes}
     # The writer records crc32c; sha256 comes from validation, which hashed every byte
     # (or from a manifest written with checksum=sha256, which validation checked it against).
     for what in ("crc32c", "sha256"):
@@ -69,12 +70,12 @@ def shard_index(manifest: Manifest, source: str, validated: Iterable[dict] = ())
 
     `validated` is the validation report's per-shard list (name, crc32c, sha256, ...).
     """
-    checked = {shard["name"]: shard for shard in validated}
+    checked = {shard["name"]: shard for shard in validated}  # by location (validation names referenced shards so)
     document = {
         "__kind__": "wids-shard-index-v1",
         "wids_version": 1,
         "name": source,
-        "shardlist": [_index_entry(shard, checked.get(shard.name)) for shard in manifest.shards],
+        "shardlist": [_index_entry(shard, checked.get(shard.location)) for shard in manifest.shards],
         "samples": manifest.samples,
         "fields": manifest.fields,
         "source": {"manifest": MANIFEST_NAME, "spark_application_id": manifest.run.get("spark_application_id")},

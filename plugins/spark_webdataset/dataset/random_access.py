@@ -59,7 +59,7 @@ class VersionSamples(Sequence[dict]):
     def __init__(self, version_uri: str, manifest: Manifest, cache_blocks: int = DEFAULT_CACHE_BLOCKS) -> None:
         self.uri = version_uri
         self.fields = [field["name"] for field in manifest.fields]
-        self._shards = {shard.name for shard in manifest.shards}
+        self._shards = Version.at(version_uri).location_uris(manifest)  # location -> where its bytes are
         self._index = index_file(version_uri, manifest, cache_blocks)
         self._samples = manifest.samples
 
@@ -97,13 +97,13 @@ class VersionSamples(Sequence[dict]):
 
     def read(self, entry: Entry) -> dict[str, Any]:
         """The sample `entry` locates: one ranged read, proven against the entry (else SampleMismatch)."""
-        if entry.shard not in self._shards:
+        shard = self._shards.get(entry.shard)
+        if shard is None:
             raise SampleMismatch(
                 f"{self.uri}: the sample index puts {entry.key!r} in shard {entry.shard!r}, which the manifest "
                 "does not list: the index does not belong to this version"
             )
-        storage = storage_for(self.uri)
-        shard = storage.join(self.uri, entry.shard)
+        storage = storage_for(shard)
         data = storage.read_range(shard, entry.offset, entry.length)
         where = f"shard {shard} at offset {entry.offset}"
         if len(data) != entry.length or crc32c_extend(0, data) != entry.crc32c:

@@ -218,8 +218,8 @@ def _scanned_rows(blocks: Iterable[tuple[pa.RecordBatch, np.ndarray]], names: li
 
 
 def _tasks(uri: str, manifest: Manifest, present: dict[str, int], required: Sequence[str], report: ValidationReport):
-    listed = {shard.name: shard for shard in manifest.shards}
-    for shard in manifest.shards:
+    listed = {shard.name: shard for shard in manifest.own_shards}
+    for shard in manifest.own_shards:
         if shard.name not in present:
             report.add_error("shard is listed in the manifest but missing", shard.name)
             continue
@@ -276,9 +276,11 @@ def validate_version(
         results, duplicates, index_errors = check(uri, tasks, required, index)
     else:
         results, duplicates, index_errors = _check_with_pool(uri, tasks, required, workers, progress, index)
+    identities = storage.identities(uri)  # recorded: a child proves a referenced shard unchanged by it
     for result in results:
         for error in result.pop("error_list"):
             report.add_error(error["error"], error["shard"], error["offset"], error["key"])
+        result["identity"] = _as_json(identities.get(result["name"]))
         report.shards.append(result)
     duplicate_count, listed = duplicates
     for key, shards in listed:
@@ -288,6 +290,10 @@ def validate_version(
         report.error_count += duplicate_count - len(listed) - 1
     for error in index_errors:
         report.add_error(error)
+    report.shards.extend(_check_references(version, manifest, report))
+    if manifest.parent is not None and manifest.sample_index:
+        for error in _check_index_counts(version, manifest):
+            report.add_error(error)
     report.seconds = time.monotonic() - started
     if write_report:
         storage.write_atomic(version.validation_uri, report.to_json())
@@ -302,6 +308,83 @@ def _check_totals(document: dict, manifest: Manifest, report: ValidationReport) 
             report.add_error(f"the manifest's {name} is {document.get(name)!r} but its shard list adds up to {value}")
 
 
+def _check_references(version: Version, manifest: Manifest, report: ValidationReport) -> list[dict]:
+    """Shards referenced from a parent, proven unchanged without reading them: each one's size (the
+    listing) and crc32c (its own version's validation report, and on gs:// the object's) must be
+    what the manifest says. An error names the shard and the version that stores it."""
+    by_version: dict[str, list] = {}
+    for shard in manifest.shards:
+        if shard.version is not None:
+            by_version.setdefault(shard.version, []).append(shard)
+    results = []
+    for stored_in, shards in sorted(by_version.items()):
+        if version.dataset is None:
+            report.add_error(f"references shards of version {stored_in!r} but is not inside a dataset root")
+            continue
+        holder = version.dataset.version(stored_in)
+        storage = holder.storage
+        sizes = storage.list_sizes(holder.uri)
+        now = storage.identities(holder.uri)
+        server = storage.crc32c_below(holder.uri) or {}
+        checked = {row.get("name"): row for row in (holder.read_validation() or {}).get("shards", [])}
+        for shard in shards:
+            where = f"shard {shard.name} of version {stored_in}"
+            found = checked.get(shard.name) or {}
+            problems = []
+            if sizes.get(shard.name) != shard.bytes:
+                problems.append(f"{where} is {sizes.get(shard.name)} bytes on storage, the manifest says {shard.bytes}")
+            if found.get("crc32c") != shard.crc32c or not found.get("ok", False):
+                problems.append(f"{where}: its version's validation has crc32c {found.get('crc32c')} (ok: "
+                                f"{found.get('ok')}), the manifest says {shard.crc32c}")
+            if found and _as_json(now.get(shard.name)) != found.get("identity"):
+                problems.append(f"{where} was rewritten after its version was validated")
+            if shard.name in server and server[shard.name] != shard.crc32c:
+                problems.append(f"{where} has crc32c {server[shard.name]} on the server, the manifest says {shard.crc32c}")
+            for problem in problems:
+                report.add_error(f"referenced {problem}: it changed after it was published", shard.location)
+            results.append({
+                "name": shard.location, "ok": not problems, "samples": shard.samples, "bytes": shard.bytes,
+                "crc32c": shard.crc32c, "sha256": found.get("sha256"), "errors": len(problems), "referenced": True,
+            })  # fmt: skip
+    return results
+
+
+def _check_index_counts(version: Version, manifest: Manifest) -> list[str]:
+    """Across all the shards of a child version (its own and referenced): every key once in the index,
+    and as many index rows for each shard as its manifest entry's samples."""
+    import collections
+
+    counts: collections.Counter[str] = collections.Counter()
+    previous: str | None = None
+    assert manifest.sample_index is not None
+    with version.storage.open_read(version.path(manifest.sample_index)) as stream:
+        for batch in index_block_rows(stream):
+            keys = batch.column("key")
+            if len(keys) and previous is not None and keys[0].as_py() <= previous:
+                return [f"the sample index repeats or misorders key {keys[0].as_py()!r}"]
+            if len(keys) > 1 and not pc.all(pc.greater(keys[1:], keys[:-1])).as_py():
+                return ["the sample index repeats or misorders a key within a block"]
+            previous = keys[len(keys) - 1].as_py() if len(keys) else previous
+            values, found = (part.to_pylist() for part in pc.value_counts(batch.column("shard")).flatten())
+            counts.update(dict(zip(values, found)))
+    problems = []
+    for shard in manifest.shards:
+        if counts.get(shard.location, 0) != shard.samples:
+            problems.append(f"the sample index has {counts.get(shard.location, 0)} samples of {shard.location}, the manifest {shard.samples}")
+    return problems
+
+
+def _as_json(value: object) -> object:
+    """A storage identity as the report stores it (a tuple becomes a list)."""
+    return json.loads(json.dumps(value))
+
+
+def _own_rows(rows: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Index rows of the shards this version stores (the ones its tars are compared with)."""
+    for batch in rows:
+        yield batch.filter(pc.invert(pc.starts_with(batch.column("shard"), "../")))
+
+
 def _index_rows(version: Version, manifest: Manifest) -> IndexRows:
     """The index's rows, to be compared with the tars' (None if the manifest names none: a version
     written before spark-webdataset kept one is still valid, only not readable by key)."""
@@ -312,7 +395,7 @@ def _index_rows(version: Version, manifest: Manifest) -> IndexRows:
 
     def rows() -> Iterator[pa.RecordBatch]:
         with storage.open_read(path) as stream:
-            yield from index_block_rows(stream)
+            yield from _own_rows(index_block_rows(stream))
 
     return rows
 

@@ -6,6 +6,7 @@ differs between runs (application id, job id, time) lives under "run".
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,19 @@ class ShardEntry:
     # True when the task that wrote the shard got its keys in ascending order (a key-sorted
     # write): every key of the shard lies between first_key and last_key, so readers can prune.
     keys_ascending: bool = False
+    # The version whose directory stores the bytes, for a shard referenced from a parent (never a
+    # chain: always the version that wrote it); None for a shard of this version's own.
+    version: str | None = None
+
+    @property
+    def location(self) -> str:
+        """Where the shard is, relative to the version directory: its name, or `../<version>/<name>`
+        (what shardindex.json lists and the sample index's `shard` column holds)."""
+        return self.name if self.version is None else f"../{self.version}/{self.name}"
+
+    def referenced_from(self, parent: str) -> "ShardEntry":
+        """This entry as a child of `parent` (the version this entry was read from) lists it."""
+        return self if self.version is not None else dataclasses.replace(self, version=parent)
 
     @classmethod
     def written(cls, info: "ShardInfo", name: str, keys_ascending: bool = False) -> "ShardEntry":
@@ -53,6 +67,8 @@ class ShardEntry:
         document["first_key"] = self.first_key
         document["last_key"] = self.last_key
         document["keys_ascending"] = self.keys_ascending
+        if self.version is not None:
+            document["version"] = self.version
         return document
 
 
@@ -66,6 +82,12 @@ class Manifest:
     # its size: random reads find samples in it, and the next append proves its keys new against it.
     sample_index: str | None = None
     sample_index_bytes: int | None = None
+    parent: str | None = None  # the published version this one was built on (same root)
+
+    @property
+    def own_shards(self) -> list[ShardEntry]:
+        """The shards this version's directory stores (not those referenced from a parent)."""
+        return [shard for shard in self.shards if shard.version is None]
 
     @property
     def samples(self) -> int:
@@ -87,6 +109,7 @@ class Manifest:
             "options": self.options,
             "sample_index": self.sample_index,
             "sample_index_bytes": self.sample_index_bytes,
+            **({"parent": self.parent} if self.parent is not None else {}),
             "run": self.run,
         }
         return (json.dumps(document, indent=1, sort_keys=False, ensure_ascii=False) + "\n").encode()
@@ -103,6 +126,7 @@ class Manifest:
             run=document.get("run", {}),
             sample_index=document.get("sample_index"),
             sample_index_bytes=document.get("sample_index_bytes"),
+            parent=document.get("parent"),
         )
 
     def content(self) -> dict[str, Any]:

@@ -86,6 +86,12 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the hash order")
     parser.add_argument("--mode", choices=("overwrite", "append"), default="overwrite")
     parser.add_argument(
+        "--parent",
+        help="build on this published version of the root (LATEST, or an id): its shards are referenced, "
+        "not copied, and the source's keys are appended (one already in the parent fails); with no "
+        "published version yet, LATEST gives a full build",
+    )
+    parser.add_argument(
         "--reader-batch-rows",
         type=int,
         default=256,
@@ -204,6 +210,7 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
         max_samples_per_shard=args.max_samples_per_shard or None,
         mtime=args.mtime,
         allow_pax=args.allow_pax,
+        parent=args.parent,
     )
     writer = (
         order_samples(samples_df, partitions, args.order, args.seed)
@@ -217,6 +224,8 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
     seconds = time.monotonic() - started
     manifest = version.read_manifest()
     assert manifest is not None
+    if args.mode == "overwrite" and manifest.parent is not None:
+        before = Dataset(args.output).published(manifest.parent)[1].samples  # the parent's, referenced
     if manifest.samples - before != rows:
         raise WebDatasetError(
             f"{rows} source rows but {manifest.samples - before} new samples in {target}: rows were lost"

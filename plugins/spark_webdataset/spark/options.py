@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..errors import BadOption
+from ..errors import BadOption, InvalidVersionId
 from ..format.checksums import CHECKSUMS, CRC32C
 from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
 from ..format.ustar import MAX_USTAR_SIZE
+from ..dataset.layout import check_version_id
 from ..dataset.lock import DEFAULT_LEASE_SECONDS
 
 # The commit lock's lease: how long a dead committer blocks the next one.
@@ -27,7 +28,18 @@ _KNOWN = {
     "allowpax",
     "checksum",
     COMMIT_LEASE_OPTION,
+    "parent",
 }
+LATEST_PARENT = "LATEST"  # option parent=LATEST: the dataset's LATEST when the write starts
+
+
+def _parse_parent(value: str | None) -> str | None:
+    if value is None or value == LATEST_PARENT:
+        return value
+    try:
+        return check_version_id(value)
+    except InvalidVersionId as error:
+        raise BadOption(f"option parent={value!r}: LATEST or a version id ({error})") from None
 
 
 def parse_bool(name: str, value: object) -> bool:
@@ -92,12 +104,15 @@ class WriteOptions:
     allow_pax: bool = False
     checksum: str = CRC32C  # crc32c always; "sha256" computes and records sha256 as well
     commit_lease_seconds: float = DEFAULT_LEASE_SECONDS
+    # A published version of the same root that a new version is built on: its shards are
+    # referenced, not copied ("LATEST", or a version id).
+    parent: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "WriteOptions":
         lowered, path = _known_options(
             options, _KNOWN, "option(s)",
-            "maxShardBytes, maxSamplesPerShard, mtime, allowPax, checksum, commitLeaseSeconds",
+            "maxShardBytes, maxSamplesPerShard, mtime, allowPax, checksum, commitLeaseSeconds, parent",
             "call .save(uri) with the version directory to write",
         )  # fmt: skip
         max_bytes = parse_max_shard_bytes(lowered.get("maxshardbytes", cls.max_shard_bytes))
@@ -112,6 +127,7 @@ class WriteOptions:
             commit_lease_seconds=parse_seconds(
                 "commitLeaseSeconds", lowered.get(COMMIT_LEASE_OPTION, cls.commit_lease_seconds)
             ),
+            parent=_parse_parent(lowered.get("parent")),
         )
 
     def spark_options(self) -> dict[str, str]:
@@ -126,6 +142,8 @@ class WriteOptions:
         }
         if self.max_samples_per_shard is not None:
             options["maxSamplesPerShard"] = str(self.max_samples_per_shard)
+        if self.parent is not None:
+            options["parent"] = self.parent
         return options
 
     def manifest_options(self) -> dict[str, Any]:

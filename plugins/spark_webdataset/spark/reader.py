@@ -75,7 +75,7 @@ def resolve_version(uri: str) -> tuple[list[str], Manifest | None, str | None]:
             version = Version.at(base)
             manifest = version.committed_manifest()
         if manifest is not None:
-            return [version.shard_uri(shard.name) for shard in manifest.shards], manifest, version.uri
+            return [version.entry_uri(shard) for shard in manifest.shards], manifest, version.uri
         names = sorted(n for n in storage.list_sizes(base) if n.endswith(".tar"))
         if not names:
             raise InputError(f"{uri}: no manifest, LATEST or .tar shards there")
@@ -94,7 +94,7 @@ def resolve_version(uri: str) -> tuple[list[str], Manifest | None, str | None]:
 
 
 def selected_samples(version_uri: str, manifest: Manifest, keys: KeyRange) -> dict[str, list[tuple[int, int, str]]]:
-    """The samples in the key range by the version's index: shard name -> [(offset, length, key)] in shard order."""
+    """The samples in the key range by the version's index: shard location -> [(offset, length, key)] in shard order."""
     from ..dataset.random_access import index_file
 
     lowest = max((bound for bound in (keys.minimum, keys.prefix) if bound is not None), default=None)
@@ -165,9 +165,9 @@ class WebDatasetReader(DataSourceReader):
         self.samples: dict[int, list[tuple[int, int, str]]] = {}
         if options.keys is not None and manifest is not None and manifest.sample_index and version_uri:
             by_name = selected_samples(version_uri, manifest, options.keys)
-            self.selected = [index for index, entry in enumerate(manifest.shards) if entry.name in by_name]
+            self.selected = [index for index, entry in enumerate(manifest.shards) if entry.location in by_name]
             for index in self.selected:
-                chosen = by_name[manifest.shards[index].name]
+                chosen = by_name[manifest.shards[index].location]
                 if sum(length for _, length, _ in chosen) <= WHOLE_SHARD_FRACTION * manifest.shards[index].bytes:
                     self.samples[index] = chosen
         else:

@@ -30,11 +30,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..errors import InvalidField
+from ..errors import BadOption, InvalidField
 from ..format.names import KEY_COLUMN, check_fields, field_name_error
 from ..format.shard_writer import ShardInfo
 from ..dataset.layout import STAGED_INDEX_NAME, WRITER_MARK, Version, staged_shard_name
-from .options import WriteOptions
+from .options import LATEST_PARENT, WriteOptions
 from ..dataset.staging import clean_dead_staging, remove_staging, write_lease
 from ..testing import faults
 
@@ -119,6 +119,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
 
             with CommitLock(version, self.job_id, lease_seconds=options.commit_lease_seconds) as lock:
                 roll_forward(version, lock)
+        self.parent = self._parent(version)
         if not version.storage.exists(version.mark_uri):
             version.storage.write_atomic(version.mark_uri, WRITER_MARK)
         clean_dead_staging(version, self.job_id)
@@ -127,6 +128,25 @@ class WebDatasetWriter(DataSourceArrowWriter):
     @property
     def version(self) -> Version:
         return Version.at(self.options.path)
+
+    def _parent(self, version: Version) -> str | None:
+        """The parent version id, LATEST resolved now (on the driver, once): None when the option is
+        absent, or is LATEST of a root that has published nothing yet (the first build is full)."""
+        wanted = self.options.parent
+        if wanted is None:
+            return None
+        if version.dataset is None or version.id is None:
+            raise BadOption(f"option parent={wanted!r} needs a version directory ROOT/versions/ID, not {version.uri}")
+        parent = version.dataset.read_latest() if wanted == LATEST_PARENT else wanted
+        if parent is None:
+            log.info("webdataset: %s has no published version yet: %s is a full build", version.dataset.root, version.id)
+            return None
+        if parent == version.id:
+            raise BadOption(f"option parent={wanted!r}: version {version.id!r} cannot be built on itself")
+        if version.dataset.read_record(parent) is None:
+            raise BadOption(f"option parent={wanted!r}: version {parent!r} of {version.dataset.root} is not published")
+        version.dataset.published(parent)  # and its manifest is the one published
+        return parent
 
     @property
     def staging_root(self) -> str:
@@ -203,6 +223,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
             application_id=self.application_id,
             lease_seconds=self.options.commit_lease_seconds,
             stream=stream,
+            parent=self.parent,
         )
 
     def commit(self, messages: List[Optional[WebDatasetCommitMessage]]) -> None:

@@ -99,7 +99,7 @@ def _preview(
 ) -> dict:
     """`manifest`: the version's, read once by the caller; `shard` picks one of its shards.
     A version with a sample index serves random samples and a key through it."""
-    shards = summary.choose_shards(version.uri, [(s.name, s.bytes) for s in manifest.shards], shard)
+    shards = summary.choose_shards(version.uri, [(s.location, s.bytes) for s in manifest.shards], shard)
     indexed = VersionSamples(version.uri, manifest) if manifest.sample_index else None
     if mode == "key":
         if not key:

@@ -97,7 +97,7 @@ def _open_shard(version: Version, name: str) -> BinaryIO:
     """The shard through the storage layer. A gs:// reader fetches 8 MiB per ranged GET (the
     storage layer's size for streaming whole shards); a preview asks for 256 KiB, so what it
     fetches stays near what it reads."""
-    stream = version.storage.open_read(version.shard_uri(name))
+    stream = version.storage.open_read(version.location_uri(name))
     if type(stream).__module__.startswith("google.cloud.storage") and hasattr(stream, "_chunk_size"):
         stream._chunk_size = FETCH_BYTES
     return stream

@@ -2,7 +2,7 @@
 (`dataset.catalog`, the one vocabulary of states `inspect` uses too), paged for the view.
 
 Names that come from a URL are checked here before any path is built:
-a version id by `layout.check_version_id`, a shard name by `check_shard_name`
+a version id by `layout.check_version_id`, a shard location by `check_shard_location`
 and by being listed in the version's manifest. Keys are data, never part of
 a path: a shard's first or last key that breaks a key rule is marked
 (`key_problem`), not shown as an ordinary key.
@@ -16,7 +16,7 @@ from ...errors import NotFound
 from ...format.manifest import Manifest
 from ...format.names import key_error
 from ...dataset.catalog import UNREADABLE, RootListing
-from ...dataset.layout import PUBLISHED_DIR, Dataset, Version, check_shard_name, check_version_id, iso_utc
+from ...dataset.layout import PUBLISHED_DIR, Dataset, Version, check_shard_location, check_version_id, iso_utc
 
 
 def key_range_problem(first_key: object, last_key: object) -> str | None:
@@ -109,11 +109,11 @@ def version_detail_and_manifest(root: str, version_id: str) -> tuple[dict, Manif
     for shard in [] if manifest is None else manifest.shards:
         shards.append(
             {
-                "name": shard.name,
+                "name": shard.location,
                 "samples": shard.samples,
                 "bytes": shard.bytes,
                 "crc32c": shard.crc32c,
-                "sha256": shard.sha256 or (checked.get(shard.name) or {}).get("sha256"),
+                "sha256": shard.sha256 or (checked.get(shard.location) or {}).get("sha256"),
                 "first_key": shard.first_key,
                 "last_key": shard.last_key,
                 "key_problem": key_range_problem(shard.first_key, shard.last_key) if shard.samples else None,
@@ -151,14 +151,14 @@ def shard_entries(version: Version, shard: str | None = None) -> list[tuple[str,
     manifest = version.committed_manifest()
     if manifest is None:
         raise NotFound(f"{version.uri}: no manifest (the version was never committed)")
-    return choose_shards(version.uri, [(s.name, s.bytes) for s in manifest.shards], shard)
+    return choose_shards(version.uri, [(s.location, s.bytes) for s in manifest.shards], shard)
 
 
 def choose_shards(uri: str, entries: list[tuple[str, int]], shard: str | None) -> list[tuple[str, int]]:
-    """All of a version's (name, bytes) entries, or the one named `shard` (checked, and listed)."""
+    """All of a version's (location, bytes) entries, or the one at `shard` (checked, and listed)."""
     if shard is None:
         return entries
-    check_shard_name(shard)
+    check_shard_location(shard)
     chosen = [e for e in entries if e[0] == shard]
     if not chosen:
         raise NotFound(f"{uri}: the manifest lists no shard {shard!r}")
