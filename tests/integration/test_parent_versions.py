@@ -16,6 +16,7 @@ import json
 import pytest
 
 import spark_webdataset
+from spark_webdataset.dataset.catalog import describe, format_description
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
@@ -74,6 +75,11 @@ def test_a_chain_of_appends_references_its_parents_shards_and_every_reader_follo
         assert list(samples.keys()) == keys and samples.get(keys[7])["txt"] == b"text 7"
         assert samples.get(keys[-1])["txt"] == f"text {count - 1}".encode()
     assert _keys_by_reader(spark, root) == [f"k{i:05d}" for i in range(190)]  # LATEST is v3
+    described = {v["version"]: v for v in describe(root)["versions"]}  # inspect --json: what each costs
+    assert (described["v3"]["parent"], described["v3"]["bytes_stored"]) == ("v2", sum(s.bytes for s in m3.own_shards))
+    assert described["v3"]["bytes_referenced"] == sum(s.bytes for s in m3.shards if s.version)
+    assert described["v1"]["parent"] is None and described["v1"]["bytes_referenced"] == 0
+    assert "on v2:" in format_description(describe(root))
     index = json.loads(storage.read_bytes(f"{root}/versions/v3/shardindex.json"))
     urls = [entry["url"] for entry in index["shardlist"]]
     assert any(url.startswith("../v1/shard-") for url in urls) and any(url.startswith("../v2/shard-") for url in urls)

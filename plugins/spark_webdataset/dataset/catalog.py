@@ -86,6 +86,8 @@ class VersionDescription:
     logical_date: str | None  # its publish record's; unpublished: the timestamp its id spells, if any
     published_at: str | None
     validation: ValidationSummary | None
+    parent: str | None = None  # the published version it was built on (its shards referenced)
+    bytes_stored: int | None = None  # what its own directory holds; the rest of `bytes` is referenced
     # what was read to describe it, for a caller that shows more (the view's version page); not described
     manifest: Manifest | None = field(default=None, repr=False, compare=False)
     report: dict | None = field(default=None, repr=False, compare=False)
@@ -120,6 +122,9 @@ class VersionDescription:
             "validated_at": None if validation is None else validation.checked_at,
             "validation_errors": None if validation is None else validation.error_count,
             "validation_current": None if validation is None else validation.current,
+            "parent": self.parent,
+            "bytes_stored": self.bytes_stored,
+            "bytes_referenced": None if self.bytes is None or self.bytes_stored is None else self.bytes - self.bytes_stored,
         }
 
 
@@ -204,6 +209,7 @@ def describe_version(
             version.id, version.uri, state, version.id == latest, True, True, False,
             record.get("samples"), record.get("shards"), record.get("bytes"),
             _logical_date(version.id, record), record.get("published_at"), validation,
+            record.get("parent"), record.get("bytes_stored", record.get("bytes")),
             manifest, report, record,
         )
     data, _ = version.read_manifest_bytes()
@@ -231,6 +237,8 @@ def describe_version(
         None if manifest is None else len(manifest.shards),
         None if manifest is None else manifest.bytes,
         _logical_date(version.id, None), None, validation,
+        None if manifest is None else manifest.parent,
+        None if manifest is None else sum(shard.bytes for shard in manifest.own_shards),
         manifest, report, None,
     )
 
@@ -269,6 +277,8 @@ def format_description(description: RootDescription | dict) -> str:
             notes.append("validated for another manifest")
         if v["commit_pending"]:
             notes.append("a commit pending")
+        if v.get("parent"):
+            notes.append(f"on {v['parent']}: {format_size(v['bytes_stored'])} stored, {format_size(v['bytes_referenced'])} referenced")
         state = v["state"] + (f" ({'; '.join(notes)})" if notes else "")
         marker = "*" if v["version"] == description["latest"] else " "
         date = v["logical_date"] or "-"

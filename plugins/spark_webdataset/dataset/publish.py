@@ -128,6 +128,9 @@ def publish(
         "samples": manifest.samples,
         "shards": len(manifest.shards),
         "bytes": manifest.bytes,
+        # what its directory stores, and what it references in its parent's chain (no copy)
+        "parent": manifest.parent,
+        "bytes_stored": sum(shard.bytes for shard in manifest.own_shards),
         "logical_date": moment,
         "published_at": _now(),
         # unique per attempt: a 412 whose read-back shows our own record is a
