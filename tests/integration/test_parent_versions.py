@@ -142,3 +142,32 @@ def test_the_build_job_builds_on_latest_and_a_first_run_with_no_parent_is_full(s
     assert sum(p.stat().st_size for p in (root / "versions" / "day2").glob("shard-*.tar")) == sum(
         s.bytes for s in manifest.own_shards
     )  # the day's shards only
+
+
+def test_the_view_shows_the_parent_and_previews_referenced_shards(spark, tmp_path) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    from spark_webdataset.airflow.ui.app import create_app
+    from tests.support.webdataset_ui_data import write_digits_config
+
+    root = tmp_path / "data"
+    _build(spark, str(root), "v1", 0, 60, None)
+    _build(spark, str(root), "v2", 60, 20, "v1")
+    write_digits_config(tmp_path / "datasets", "chain", root)
+    app = create_app(tmp_path / "datasets")
+    app.dependency_overrides[app.state.user_dependency] = lambda: "tester"
+    client = TestClient(app)
+    page = client.get("/datasets/chain/versions/v2")
+    assert page.status_code == 200 and 'id="parent"' in page.text and "Built on" in page.text
+    first = client.get("/api/datasets/chain/versions/v2/preview?n=64").json()  # starts in v1's shards
+    assert first["count"] == 64 and first["errors"] == [] and first["samples"][0]["shard"].startswith("../v1/")
+    referenced = first["samples"][0]["shard"]
+    one = client.get("/api/datasets/chain/versions/v2/preview", params={"n": 3, "shard": referenced}).json()
+    assert one["count"] == 3 and {s["shard"] for s in one["samples"]} == {referenced}
+    by_key = client.get("/api/datasets/chain/versions/v2/preview?mode=key&key=k00005").json()
+    assert [s["key"] for s in by_key["samples"]] == ["k00005"] and by_key["samples"][0]["shard"].startswith("../v1/")
+    assert client.get("/api/datasets/chain/versions/v2/preview", params={"shard": "../../x/shard-000000.tar"}).status_code == 400
