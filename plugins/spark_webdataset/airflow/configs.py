@@ -27,7 +27,7 @@ import re
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
 import yaml
 from pydantic import (
@@ -49,7 +49,7 @@ from ..errors import DatasetConfigError, NestedDatasetRoot
 from ..format.names import field_error, field_name_error
 from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
 from ..format.sizes import spell_size
-from ..dataset.layout import check_dataset_root
+from ..dataset.layout import check_dataset_root, check_version_id
 
 DAGS_FOLDER_ENV = "AIRFLOW__CORE__DAGS_FOLDER"
 DATASETS_ENV = "SPARK_WEBDATASET_DATASETS"
@@ -200,6 +200,26 @@ class ValidationSettings(BaseModel):
     spark_master: OptionalText = Field(None, description="validate as a Spark job on this master (big versions)")
 
 
+class BuildSettings(BaseModel):
+    """How each run builds its version: whole, or on a published parent (its shards referenced)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    parent: OptionalText = Field(
+        None,
+        description="LATEST (the version published before the run's date: backfills build on their own "
+        "past), a version id, or null: every run writes a whole version",
+    )
+    change: Literal["append"] = Field("append", description="what the source is to the parent: new samples")
+
+    @field_validator("parent")
+    @classmethod
+    def _parent_rule(cls, value: str | None) -> str | None:
+        if value is None or value == "LATEST":
+            return value
+        return check_version_id(value)
+
+
 class DatasetConfig(BaseModel):
     """One dataset: what its DAG reads, writes, when, and with which Spark settings."""
 
@@ -224,6 +244,7 @@ class DatasetConfig(BaseModel):
     catchup: bool = False
     spark: SparkSettings = Field(default_factory=SparkSettings)
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
+    build: BuildSettings = Field(default_factory=BuildSettings)
     retries: NonNegativeInt = 2
     timeouts: dict[str, Duration] = Field(
         default_factory=lambda: dict(TASK_TIMEOUTS),

@@ -35,7 +35,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from ..jobs.build import ORDERS
 from ..errors import DatasetConfigError, InvalidDatasetConfigs
-from .configs import DatasetConfig, load_folder
+from .configs import BuildSettings, DatasetConfig, load_folder
 from ..errors import EXIT_BAD_INPUT
 from ..dataset.layout import VERSION_ID_RULE
 from ..jobs.entry import BUILD_WEBDATASET, script
@@ -107,6 +107,7 @@ def run_params(config: DatasetConfig) -> dict[str, Param]:
         "max_shard_bytes": Param(config.max_shard_bytes, type="string", description="hard cap per shard, e.g. 3GiB"),
         "max_samples_per_shard": Param(config.max_samples_per_shard, type=["null", "integer"], minimum=1),
         "order": Param(config.order, enum=list(ORDERS)),
+        "parent": Param(config.build.parent, type=["null", "string"], description=BuildSettings.model_fields["parent"].description),
         "version": Param(None, type=["null", "string"], description=f"override the version id (default: from the run's date): {VERSION_ID_RULE}"),
     }  # fmt: skip
 

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import InputError, NestedDatasetRoot, PipelineError, VersionError
 from ..format.sizes import format_size
-from ..dataset.layout import Dataset, check_dataset_root, check_version_id, iso_utc
+from ..dataset.layout import Dataset, check_dataset_root, check_version_id, iso_utc, parse_logical_date, record_order
 from ..dataset.publish import publish
 from ..dataset.validate import validate_version
 from ..jobs.validate_spark import spark_check
@@ -68,6 +68,24 @@ def _same_place(given: Any, root: str) -> bool:
     return isinstance(given, str) and Dataset(given).root == Dataset(root).root
 
 
+def parent_of(root: str, version: str, moment: datetime.datetime | None, wanted: str | None) -> str | None:
+    """The parent a run builds on. LATEST means the newest version published for a date before the
+    run's own (by the publish records' logical dates), so a backfilled date builds on its own past,
+    never on a later day's version; None when there is none (the run is a full build)."""
+    if wanted is None or wanted != "LATEST":
+        return wanted
+    dataset = Dataset(root)
+    before = []
+    for published in dataset.published_ids():
+        record = dataset.read_record(published) or {}
+        date = record.get("logical_date")
+        if published != version and date is not None and moment is not None and parse_logical_date(date) < moment:
+            before.append((record_order(published, record), published))
+    if moment is None:  # no date to order by: the dataset's LATEST
+        return dataset.read_latest()
+    return max(before)[1] if before else None
+
+
 def plan_run(
     params: Mapping[str, Any], logical_date, run_after, root: str, conf: Mapping[str, Any] | None = None
 ) -> dict:
@@ -96,6 +114,9 @@ def plan_run(
         args += ["--field", field]
     if params.get("max_samples_per_shard"):
         args += ["--max-samples-per-shard", str(params["max_samples_per_shard"])]
+    parent = parent_of(root, version, moment, params.get("parent") or None)
+    if parent is not None:
+        args += ["--parent", parent]
     return {
         "version": version,
         "root": root,

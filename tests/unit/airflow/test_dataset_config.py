@@ -197,7 +197,7 @@ def test_a_config_gives_its_dag_params_asset_and_spark_settings(tmp_path) -> Non
         fields={"jpg": "bytes", "cls": "label"}, max_shard_bytes="3GiB", max_samples_per_shard=5000, order="key",
         schedule="0 3 * * *", start_date="2026-10-01", catchup=True, retries=4, owner="ml-data", tags=["images"],
         spark={"conn_id": "spark_prod", "conf": {"spark.executor.memory": "8g"}, "py_files": "/opt/p.zip"},
-        validation={"required_fields": ["jpg"]},
+        validation={"required_fields": ["jpg"]}, build={"parent": "LATEST"},
     )  # fmt: skip
     built = build_dags(tmp_path, doc_md="the DAG file's docstring")
     assert built.errors == [] and list(built.dags) == ["webdataset__images"]
@@ -207,6 +207,7 @@ def test_a_config_gives_its_dag_params_asset_and_spark_settings(tmp_path) -> Non
         "source": "gs://raw/{ds}/*.parquet", "source_table": None, "source_format": "parquet",
         "key": "image_id", "fields": ["jpg=bytes", "cls=label"],
         "max_shard_bytes": "3GiB", "max_samples_per_shard": 5000, "order": "key", "version": None,
+        "parent": "LATEST",
     }  # fmt: skip
     # no root in the form: the config alone says where the dataset lives; the version override names its rule
     assert "output_root" not in dag.params
