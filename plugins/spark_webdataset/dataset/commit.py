@@ -43,8 +43,9 @@ import shutil
 import tempfile
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
+from .changes import APPEND, DELETE, ChangePlan, plan_change, rewrite_shards, unique_keys
 from .lock import DEFAULT_LEASE_SECONDS, CommitLock
 from ..errors import (
     ChecksumMismatch,
@@ -63,6 +64,7 @@ from .layout import (
     _normalized,
     is_shard_name,
     sample_index_path,
+    shard_number,
     sample_index_serial,
     shard_name,
     staged_sample_index_name,
@@ -78,6 +80,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 JOURNAL_KIND = "spark-webdataset-commit-journal-v2"
 LEGACY_JOURNAL_KIND = "spark-webdataset-commit-journal-v1"  # no base digest: applied as before
+
+
+def _task_keys(version: Version, path: str) -> "pa.Array":
+    """A task's keys, from its index rows."""
+    import pyarrow as pa
+
+    with version.storage.open_read(path) as stream:
+        table = pa.ipc.open_stream(stream).read_all()
+    return table.column(0).combine_chunks()
 
 
 def _task_index_rows(version: Version, path: str, names: list[str]) -> Iterator["pa.RecordBatch"]:
@@ -382,6 +393,7 @@ class StagedAttempt(Protocol):
     shards: list[ShardInfo]
     index_path: str | None  # its sample index rows, sorted by key (format.sample_index.TASK_SCHEMA)
     keys_ascending: bool
+    deleted_rows: int  # a delete's task: the rows it got
 
 
 @dataclass(frozen=True)
@@ -398,6 +410,7 @@ class CommitRequest:
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     stream: StreamBatch | None = None
     parent: str | None = None  # a published version of the same root to build on (its shards referenced)
+    change: str = APPEND  # what the tasks' rows do to the base: changes.APPEND, UPSERT or DELETE
 
     @property
     def version(self) -> Version:
@@ -437,15 +450,27 @@ def commit_job(request: CommitRequest) -> Manifest | None:
             if stream is not None and not any(message.shards for message in messages):
                 _remove_staging(request)
                 return existing  # an empty micro-batch: nothing to name, nothing to record
-            if base is not None and [f["name"] for f in base.fields] != [f["name"] for f in request.fields]:
+            deleting = request.change == DELETE
+            if not deleting and base is not None and [f["name"] for f in base.fields] != [f["name"] for f in request.fields]:
                 raise FieldMismatch(
                     f"append to {version.uri}: the DataFrame's fields {[f['name'] for f in request.fields]} differ "
                     f"from the {'version' if base is existing else 'parent version'}'s {[f['name'] for f in base.fields]}"
                 )
             names = _shard_names(messages, base)
-            index = _merge_index(version, request, messages, names, base, base_index, existing)
+            change = None
+            if request.change != APPEND and base is not None:
+                keys, given = unique_keys(_task_keys(version, m.index_path) for m in messages if m.index_path)
+                if deleting:
+                    given = sum(m.deleted_rows for m in messages)  # a delete's task keeps each key once
+                first = _first_free_number(base) + sum(len(shard_names) for shard_names in names)
+                change = plan_change(request.change, keys, given, base, base_index, version, first, request.staging_root)
+                lock.check()
+            rewritten = rewrite_shards(version, change, storage.rename_threads, lock.renew) if change else {}
+            index = _merge_index(version, request, messages, names, base, base_index, existing, change)
             lock.renew()
-            planned = _plan(version, request, messages, names, base, index, base=_digest(manifest_bytes))
+            planned = _plan(
+                version, request, messages, names, base, index, base=_digest(manifest_bytes), change=change, rewritten=rewritten
+            )
             _check_uploads(version, messages, planned)
             lock.check()
             faults.point("commit:planned")
@@ -507,9 +532,18 @@ def _remove_staging(request: CommitRequest) -> None:
     remove_staging(version, request.job_id)
 
 
+def _first_free_number(base: Manifest | None) -> int:
+    """The first shard number that names no shard of the base: after its count and after every
+    number its own shards use (a rewrite or an emptied shard leaves numbers out of the count)."""
+    if base is None:
+        return 0
+    used = [shard_number(shard.name) for shard in base.own_shards]
+    return max([len(base.shards), *(number + 1 for number in used if number is not None)])
+
+
 def _shard_names(messages: list[StagedAttempt], existing: Manifest | None) -> list[list[str]]:
     """The final names of each attempt's shards: contiguous after the version's, in partition order."""
-    at = len(existing.shards) if existing else 0
+    at = _first_free_number(existing)
     names = []
     for message in messages:
         names.append([shard_name(at + number) for number in range(len(message.shards))])
@@ -517,9 +551,13 @@ def _shard_names(messages: list[StagedAttempt], existing: Manifest | None) -> li
     return names
 
 
-def _base(version: Version, request: CommitRequest, existing: Manifest | None) -> tuple[Manifest | None, Iterator | None]:
+IndexRows = Callable[[], Iterator["pa.RecordBatch"]]
+
+
+def _base(version: Version, request: CommitRequest, existing: Manifest | None) -> tuple[Manifest | None, IndexRows | None]:
     """What the commit builds on: the version's manifest (an append), or its parent's with every
-    shard a reference (a new version with a parent); and that manifest's index rows, lazily."""
+    shard a reference (a new version with a parent); and how to read that manifest's index rows
+    (a change reads them more than once)."""
     if request.parent is None or (existing is not None and existing.parent == request.parent):
         if existing is None or not existing.shards:
             return existing, None
@@ -528,7 +566,8 @@ def _base(version: Version, request: CommitRequest, existing: Manifest | None) -
                 f"{version.uri} was written before spark-webdataset kept a sample index: appending to it "
                 "cannot prove the new keys unique; write it again (mode overwrite) or into a new version"
             )
-        return existing, _version_index_rows(version, version.path(existing.sample_index))
+        index_path = version.path(existing.sample_index)
+        return existing, lambda: _version_index_rows(version, index_path)
     if existing is not None:
         raise ConcurrentCommit(
             f"{version.uri} is built on {existing.parent or 'no parent'}; a write built on {request.parent} "
@@ -542,10 +581,10 @@ def _base(version: Version, request: CommitRequest, existing: Manifest | None) -
     referenced = dataclasses.replace(
         parent, shards=[shard.referenced_from(request.parent) for shard in parent.shards], run={}
     )
-    rows = None
-    if parent.shards:
-        rows = _version_index_rows(parent_version, parent_version.path(parent.sample_index), parent=request.parent)
-    return referenced, rows
+    if not parent.shards:
+        return referenced, None
+    parent_index = parent_version.path(parent.sample_index)
+    return referenced, lambda: _version_index_rows(parent_version, parent_index, parent=request.parent)
 
 
 def _merge_index(
@@ -554,8 +593,9 @@ def _merge_index(
     messages: list[StagedAttempt],
     names: list[list[str]],
     base: Manifest | None,
-    base_index: Iterator["pa.RecordBatch"] | None,
+    base_index: IndexRows | None,
     existing: Manifest | None,
+    change: ChangePlan | None = None,
 ) -> tuple[str, int]:
     """Merge the tasks' sorted index rows (and the index of what the commit builds on) into the next
     index, staged in the job's directory; raise on a duplicate key. (its staged path, its size)"""
@@ -564,10 +604,10 @@ def _merge_index(
     sources: list[Iterator["pa.RecordBatch"]] = []
     owners: list[str] = []
     if base_index is not None and base is not None:
-        sources.append(base_index)
+        sources.append(change.base_rows(base_index()) if change else base_index())
         owners.append(f"the {'version' if base is existing else 'parent version'}'s {len(base.shards)} committed shard(s)")
     for message, shard_names in zip(messages, names):
-        if message.index_path:
+        if message.index_path and request.change != DELETE:  # a delete's rows are keys to remove
             sources.append(_task_index_rows(version, message.index_path, shard_names))
             owners.append(f"partition {message.partition}")
     serial = sample_index_serial(existing.sample_index) + 1 if existing and existing.sample_index else 0
@@ -615,10 +655,15 @@ def _plan(
     existing: Manifest | None,
     index: tuple[str, int],
     base: str | None,
+    change: ChangePlan | None = None,
+    rewritten: dict[str, ShardEntry] | None = None,
 ) -> Journal:
     stream = request.stream
     kept = list(existing.shards) if existing else []  # the version's, or the parent's as references
     renames: list[tuple[str, str]] = []
+    if change is not None and existing is not None:
+        kept = change.entries(existing, rewritten or {})
+        renames += [(_relative(version, rewrite.staged), rewrite.name) for rewrite in change.rewrites]
     entries: list[ShardEntry] = []
     for message, shard_names in zip(messages, names):
         for shard, name in zip(message.shards, shard_names):
@@ -631,10 +676,11 @@ def _plan(
     streams = dict(previous_run.get(STREAMS_KEY, {}))
     if stream is not None:
         streams[stream.checkpoint] = stream.batch_id
+    deleting = request.change == DELETE and existing is not None
     manifest = Manifest(
         shards=kept + entries,
-        fields=request.fields,
-        options=request.options,
+        fields=existing.fields if deleting and existing else request.fields,  # a delete reads keys alone
+        options=existing.options if deleting and existing else request.options,
         sample_index=sample_index,
         sample_index_bytes=index_bytes,
         parent=request.parent if request.parent is not None else (existing.parent if existing else None),
@@ -647,9 +693,14 @@ def _plan(
             "oversize_samples": list(previous_run.get("oversize_samples", []))
             + [shard.first_key for message in messages for shard in message.shards if shard.oversize],
             **({STREAMS_KEY: streams} if streams else {}),
+            **({"change": change.summary(sum(e.samples for e in entries) - _replaced(change))} if change else {}),
         },
     )
     return Journal(request.job_id, request.overwrite, renames, manifest.to_json(), base)
+
+
+def _replaced(change: ChangePlan) -> int:
+    return len(change.removed_keys) if change.kind != DELETE else 0
 
 
 def _check_uploads(version: Version, messages: list[StagedAttempt], journal: Journal) -> None:
@@ -660,6 +711,8 @@ def _check_uploads(version: Version, messages: list[StagedAttempt], journal: Jou
     # a batch write's tasks stage below the writer's job; a stream's below the job of the writer
     # Spark pickled for its tasks, which is not the committing one
     roots = sorted({message.staging.rsplit("/", 1)[0] for message in messages})
+    if not roots and any(final != Manifest.from_json(journal.manifest).sample_index for _, final in journal.renames):
+        roots = [version.storage.join(version.staging_uri, journal.job_id)]  # only rewrites were staged
     stored: dict[str, str | None] = {}
     for root in roots:
         below = storage.crc32c_below(root)

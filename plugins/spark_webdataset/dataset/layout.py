@@ -65,6 +65,12 @@ def is_shard_name(name: str) -> bool:
     return name.startswith("shard-") and name.endswith(".tar")
 
 
+def shard_number(name: str) -> int | None:
+    """The number in a name `shard_name` gave (None for any other name)."""
+    digits = name[len("shard-") : -len(".tar")] if is_shard_name(name) else ""
+    return int(digits) if digits.isdigit() else None
+
+
 def staged_shard_name(sequence: int) -> str:
     return STAGED_SHARD_PATTERN.format(sequence)
 

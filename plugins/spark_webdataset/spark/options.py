@@ -15,6 +15,7 @@ from ..errors import BadOption, InvalidVersionId
 from ..format.checksums import CHECKSUMS, CRC32C
 from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
 from ..format.ustar import MAX_USTAR_SIZE
+from ..dataset.changes import APPEND, CHANGES
 from ..dataset.layout import check_version_id
 from ..dataset.lock import DEFAULT_LEASE_SECONDS
 
@@ -29,6 +30,7 @@ _KNOWN = {
     "checksum",
     COMMIT_LEASE_OPTION,
     "parent",
+    "change",
 }
 LATEST_PARENT = "LATEST"  # option parent=LATEST: the dataset's LATEST when the write starts
 
@@ -40,6 +42,13 @@ def _parse_parent(value: str | None) -> str | None:
         return check_version_id(value)
     except InvalidVersionId as error:
         raise BadOption(f"option parent={value!r}: LATEST or a version id ({error})") from None
+
+
+def _parse_change(value: object, parent: str | None) -> str:
+    change = parse_choice("change", value, CHANGES)
+    if change != APPEND and parent is None:
+        raise BadOption(f"option change={value!r} needs option parent (LATEST or a version id) to change")
+    return change
 
 
 def parse_bool(name: str, value: object) -> bool:
@@ -107,12 +116,15 @@ class WriteOptions:
     # A published version of the same root that a new version is built on: its shards are
     # referenced, not copied ("LATEST", or a version id).
     parent: str | None = None
+    # What the written rows do to the parent: add new keys (append), replace or add (upsert),
+    # remove the keys given (delete: only `__key__` is read).
+    change: str = APPEND
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "WriteOptions":
         lowered, path = _known_options(
             options, _KNOWN, "option(s)",
-            "maxShardBytes, maxSamplesPerShard, mtime, allowPax, checksum, commitLeaseSeconds, parent",
+            "maxShardBytes, maxSamplesPerShard, mtime, allowPax, checksum, commitLeaseSeconds, parent, change",
             "call .save(uri) with the version directory to write",
         )  # fmt: skip
         max_bytes = parse_max_shard_bytes(lowered.get("maxshardbytes", cls.max_shard_bytes))
@@ -128,6 +140,7 @@ class WriteOptions:
                 "commitLeaseSeconds", lowered.get(COMMIT_LEASE_OPTION, cls.commit_lease_seconds)
             ),
             parent=_parse_parent(lowered.get("parent")),
+            change=_parse_change(lowered.get("change", cls.change), lowered.get("parent")),
         )
 
     def spark_options(self) -> dict[str, str]:
@@ -144,6 +157,8 @@ class WriteOptions:
             options["maxSamplesPerShard"] = str(self.max_samples_per_shard)
         if self.parent is not None:
             options["parent"] = self.parent
+        if self.change != APPEND:
+            options["change"] = self.change
         return options
 
     def manifest_options(self) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from ..errors import BadOption, InvalidField
 from ..format.names import KEY_COLUMN, check_fields, field_name_error
 from ..format.shard_writer import ShardInfo
 from ..dataset.layout import STAGED_INDEX_NAME, WRITER_MARK, Version, staged_shard_name
+from ..dataset.changes import APPEND, DELETE
 from .options import LATEST_PARENT, WriteOptions
 from ..dataset.staging import clean_dead_staging, remove_staging, write_lease
 from ..testing import faults
@@ -69,6 +70,7 @@ class WebDatasetCommitMessage(WriterCommitMessage):
     shards: list[ShardInfo] = field(default_factory=list)
     index_path: str | None = None  # its sample index rows, sorted by key (format.sample_index.TASK_SCHEMA)
     keys_ascending: bool = False  # the task got its keys in ascending order
+    deleted_rows: int = 0  # a delete's task: the rows it got (its run holds each key once)
 
     @property
     def samples(self) -> int:
@@ -101,12 +103,23 @@ def check_schema(schema: StructType, allow_pax: bool = False) -> list[dict[str, 
     return fields
 
 
+def check_key_schema(schema: StructType) -> list[dict[str, str]]:
+    """A delete's input: a string `__key__` (any other column is not read)."""
+    by_name = {f.name: f for f in schema.fields}
+    if KEY_COLUMN not in by_name:
+        raise InvalidField(f"a delete needs a {KEY_COLUMN!r} column with the keys to remove (got {list(by_name)})")
+    key_type = by_name[KEY_COLUMN].dataType
+    if not isinstance(key_type, StringType):
+        raise InvalidField(f"column {KEY_COLUMN!r} has type {key_type.simpleString()}; the key must be a string")
+    return [{"name": KEY_COLUMN, "type": "string", "nullable": by_name[KEY_COLUMN].nullable}]
+
+
 class WebDatasetWriter(DataSourceArrowWriter):
     def __init__(
         self, options: WriteOptions, schema: StructType, overwrite: bool, application_id: str | None = None
     ) -> None:
         self.options = options
-        self.fields = check_schema(schema, options.allow_pax)
+        self.fields = check_key_schema(schema) if options.change == DELETE else check_schema(schema, options.allow_pax)
         self.overwrite = overwrite
         self.job_id = uuid.uuid4().hex
         self.application_id = application_id
@@ -120,6 +133,11 @@ class WebDatasetWriter(DataSourceArrowWriter):
             with CommitLock(version, self.job_id, lease_seconds=options.commit_lease_seconds) as lock:
                 roll_forward(version, lock)
         self.parent = self._parent(version)
+        if self.parent is None and options.change == DELETE:
+            raise BadOption(
+                f"option change=delete: {version.uri} has no published parent to delete from "
+                f"(parent={options.parent!r})"
+            )
         if not version.storage.exists(version.mark_uri):
             version.storage.write_atomic(version.mark_uri, WRITER_MARK)
         clean_dead_staging(version, self.job_id)
@@ -173,6 +191,8 @@ class WebDatasetWriter(DataSourceArrowWriter):
         task_attempt_id = context.taskAttemptId() if context else 0
         storage = self.version.storage
         staging = storage.join(self.staging_root, f"p{partition:05d}-a{attempt}-t{task_attempt_id}")
+        if self.options.change == DELETE:
+            return self._stage_deletions(iterator, staging, partition, attempt, task_attempt_id)
         names = [f["name"] for f in self.fields]
         writer = ShardWriter(
             names,
@@ -207,6 +227,38 @@ class WebDatasetWriter(DataSourceArrowWriter):
             keys_ascending=ascending,
         )
 
+    def _stage_deletions(
+        self, iterator: Iterator["pyarrow.RecordBatch"], staging: str, partition: int, attempt: int, task_attempt_id: int  # noqa: F821
+    ) -> WebDatasetCommitMessage:
+        """A delete's task: its keys, sorted and once each, as an index run without shards (the
+        commit looks them up in the parent's index)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from ..format.sample_index import task_rows, write_task_run
+
+        keys = pa.chunked_array([batch.column(KEY_COLUMN) for batch in iterator], pa.string()).combine_chunks()
+        if keys.null_count:
+            row = pc.index(pc.is_null(keys), True).as_py()
+            raise InvalidField(f"partition {partition}, row {row}: {KEY_COLUMN} is null; a delete needs the key of every row")
+        given = len(keys)
+        keys = pc.unique(keys)
+        keys = keys.take(pc.sort_indices(keys))
+        zeros = [0] * len(keys)
+        storage = self.version.storage
+        index_path = storage.join(staging, STAGED_INDEX_NAME)
+        try:
+            with storage.open_write(index_path) as stream:
+                write_task_run(task_rows(keys, 0, zeros, zeros, zeros), stream)
+        except BaseException:
+            storage.delete_tree(staging)
+            raise
+        log.info("webdataset: partition %d stages %d key(s) to delete (%d rows)", partition, len(keys), given)
+        return WebDatasetCommitMessage(
+            partition=partition, attempt=attempt, task_attempt_id=task_attempt_id, staging=staging, index_path=index_path,
+            deleted_rows=given,
+        )  # fmt: skip
+
     # -- driver -----------------------------------------------------------
 
     def commit_request(self, messages: List[Optional[WebDatasetCommitMessage]], stream=None) -> "CommitRequest":
@@ -224,6 +276,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
             lease_seconds=self.options.commit_lease_seconds,
             stream=stream,
             parent=self.parent,
+            change=self.options.change if self.parent is not None else APPEND,  # no parent: a full build
         )
 
     def commit(self, messages: List[Optional[WebDatasetCommitMessage]]) -> None:

@@ -1,0 +1,264 @@
+"""Changes against a parent: the samples a write replaces or removes, and the shards rewritten without them.
+
+An upsert's or a delete's keys are looked up in the base index (the
+parent's, its shards as references) in one pass: the rows they hit go,
+and the shards those rows lie in are the touched ones. A second pass
+collects what the touched shards keep. Each touched shard is rewritten as
+the concatenation of the samples it keeps (a sample's bytes are
+contiguous, headers and padding included, and their crc32c travels with
+them) and the end-of-archive: copy-on-write at the cost of what it keeps,
+by ranged reads of those samples. No other shard is opened; every other
+shard stays referenced.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import ChecksumMismatch
+from ..format.checksums import Digests, crc32c_extend
+from ..format.manifest import Manifest, ShardEntry
+from ..format.ustar import END_OF_ARCHIVE
+from .layout import shard_name, staged_shard_name
+
+if TYPE_CHECKING:
+    from .layout import Version
+
+log = logging.getLogger(__name__)
+
+APPEND, UPSERT, DELETE = "append", "upsert", "delete"
+CHANGES = (APPEND, UPSERT, DELETE)
+REWRITES_DIR = "rewrites"  # in the job's staging directory: the rewritten shards, by sequence
+READ_BYTES = 64 << 20  # at most this much of a run of kept samples in one ranged read
+_KEY = pa.large_string()
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """One touched shard: the samples it keeps, copied into a new shard of this version."""
+
+    source: ShardEntry  # the base manifest's entry it replaces
+    source_uri: str
+    kept: pa.Table  # key, offset, length, crc32c of the samples it keeps, by offset
+    name: str  # its final name
+    staged: str  # where the commit stages it
+
+    @property
+    def new_offsets(self) -> pa.Array:
+        """Where each kept sample lands: right after the one before it."""
+        lengths = self.kept.column("length").combine_chunks()
+        ends = pc.cumulative_sum(lengths) if len(lengths) else pa.array([], pa.int64())
+        return pc.subtract(ends, lengths)
+
+
+@dataclass
+class ChangePlan:
+    """What an upsert or delete does to its base, decided from the index alone."""
+
+    kind: str
+    requested: int  # rows given: keys to upsert, or to delete (repeats included)
+    removed_keys: pa.Array  # base keys that go (replaced or deleted), sorted
+    requested_unique: int = 0  # distinct keys given
+    rewrites: list[Rewrite] = field(default_factory=list)
+    emptied: set[str] = field(default_factory=set)  # locations of base shards none of whose samples stay
+    moved: pa.Table | None = None  # key, shard, offset of every sample a rewrite moves
+
+    @property
+    def absent(self) -> int:
+        """Keys a delete names that the base does not hold: counted and reported, not an error."""
+        return self.requested_unique - len(self.removed_keys) if self.kind == DELETE else 0
+
+    def base_rows(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The base index rows as the new version has them: removed keys gone, moved samples at
+        their new shard and offset."""
+        moved_keys = self.moved.column("key").combine_chunks() if self.moved is not None else None
+        for batch in batches:
+            if len(self.removed_keys):
+                batch = batch.filter(pc.invert(pc.is_in(batch.column(0), value_set=self.removed_keys)))
+            if moved_keys is not None and len(moved_keys) and len(batch):
+                at = pc.index_in(batch.column(0), value_set=moved_keys)
+                if at.null_count < len(at):
+                    hit = pc.is_valid(at)
+                    assert self.moved is not None
+                    shard = self.moved.column("shard").combine_chunks().take(at)
+                    offset = self.moved.column("offset").combine_chunks().take(at)
+                    batch = batch.set_column(1, "shard", pc.if_else(hit, shard, batch.column(1)))
+                    batch = batch.set_column(2, "offset", pc.if_else(hit, offset, batch.column(2)))
+            yield batch
+
+    def entries(self, base: Manifest, written: dict[str, ShardEntry]) -> list[ShardEntry]:
+        """The base's shards with each touched one replaced in place by its rewrite (or gone)."""
+        by_source = {rewrite.source.location: written[rewrite.name] for rewrite in self.rewrites}
+        return [by_source.get(shard.location, shard) for shard in base.shards if shard.location not in self.emptied]
+
+    def summary(self, added: int) -> dict[str, Any]:
+        """What the change did, for the manifest's run section and the job's summary."""
+        removed = len(self.removed_keys)
+        return {
+            "change": self.kind,
+            "requested": self.requested,
+            "added": added,
+            "replaced": removed if self.kind == UPSERT else 0,
+            "deleted": removed if self.kind == DELETE else 0,
+            "absent": self.absent,
+            "shards_rewritten": len(self.rewrites),
+            "shards_emptied": len(self.emptied),
+            "samples_copied": sum(len(rewrite.kept) for rewrite in self.rewrites),
+        }
+
+
+def unique_keys(runs: Iterable[pa.Array]) -> tuple[pa.Array, int]:
+    """The keys of the tasks' runs, sorted and once each; and how many were given."""
+    arrays = [run.cast(_KEY) for run in runs]
+    given = sum(len(array) for array in arrays)
+    if not arrays:
+        return pa.array([], _KEY), 0
+    keys = pc.unique(pa.chunked_array(arrays, _KEY).combine_chunks())
+    return keys.take(pc.sort_indices(keys)), given
+
+
+def plan_change(
+    kind: str,
+    keys: pa.Array,
+    requested: int,
+    base: Manifest,
+    base_rows: Callable[[], Iterator[pa.RecordBatch]] | None,
+    version: "Version",
+    first_number: int,
+    staging_root: str,
+) -> ChangePlan:
+    """Which base samples `keys` remove and which shards are rewritten, in two passes over the base
+    index (none over a shard); rewrites take the names from `first_number` on."""
+    plan = ChangePlan(kind, requested, pa.array([], _KEY), requested_unique=len(keys))
+    if base_rows is None or not len(keys):
+        return plan
+    hits = [batch.filter(pc.is_in(batch.column(0), value_set=keys)) for batch in base_rows()]
+    hits = [batch for batch in hits if len(batch)]
+    if not hits:
+        return plan
+    removed = pa.Table.from_batches(hits)
+    plan.removed_keys = removed.column("key").combine_chunks()
+    touched = pc.unique(removed.column("shard").combine_chunks())
+    kept_batches = []
+    for batch in base_rows():
+        mask = pc.and_(
+            pc.is_in(batch.column(1), value_set=touched),
+            pc.invert(pc.is_in(batch.column(0), value_set=plan.removed_keys)),
+        )
+        kept_batches.append(batch.filter(mask))
+    kept = pa.Table.from_batches(kept_batches, schema=hits[0].schema).sort_by([("shard", "ascending"), ("offset", "ascending")])
+    entries = {shard.location: shard for shard in base.shards}
+    storage = version.storage
+    number = first_number
+    for location in sorted(touched.to_pylist()):
+        rows = kept.filter(pc.equal(kept.column("shard"), location)).select(["key", "offset", "length", "crc32c"])
+        if not len(rows):
+            plan.emptied.add(location)
+            continue
+        source = entries[location]
+        plan.rewrites.append(
+            Rewrite(
+                source=source,
+                source_uri=version.location_uri(location),
+                kept=rows,
+                name=shard_name(number),
+                staged=storage.join(staging_root, REWRITES_DIR, staged_shard_name(number)),
+            )
+        )
+        number += 1
+    if plan.rewrites:
+        plan.moved = pa.concat_tables(
+            pa.table(
+                {
+                    "key": rewrite.kept.column("key").combine_chunks().cast(_KEY),
+                    "shard": pa.array([rewrite.name] * len(rewrite.kept), pa.string()),
+                    "offset": rewrite.new_offsets,
+                }
+            )
+            for rewrite in plan.rewrites
+        )
+    return plan
+
+
+def rewrite_shards(
+    version: "Version", plan: ChangePlan, threads: int, progress: Callable[[], None] = lambda: None
+) -> dict[str, ShardEntry]:
+    """Stage every rewrite of the plan, `threads` at a time; the new entries by name. `progress` is
+    called in the calling thread after each (the commit renews its lease there)."""
+    if not plan.rewrites:
+        return {}
+    written: dict[str, ShardEntry] = {}
+    with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="webdataset-rewrite") as pool:
+        for entry in pool.map(lambda rewrite: rewrite_shard(version, rewrite), plan.rewrites):
+            written[entry.name] = entry
+            progress()
+    log.info(
+        "webdataset: rewrote %d shard(s) without their replaced or deleted samples (%d samples copied)",
+        len(plan.rewrites), sum(len(rewrite.kept) for rewrite in plan.rewrites),
+    )  # fmt: skip
+    return written
+
+
+def _runs(kept: pa.Table) -> Iterator[tuple[int, int, int, int]]:
+    """(first row, end row, offset, bytes) of each run of adjacent kept samples, at most READ_BYTES
+    a run (unless one sample is larger)."""
+    offsets = kept.column("offset").to_pylist()
+    lengths = kept.column("length").to_pylist()
+    start = 0
+    for row in range(1, len(offsets) + 1):
+        run_bytes = offsets[row - 1] + lengths[row - 1] - offsets[start]
+        if (
+            row == len(offsets)
+            or offsets[row] != offsets[row - 1] + lengths[row - 1]
+            or run_bytes + lengths[row] > READ_BYTES
+        ):
+            yield start, row, offsets[start], run_bytes
+            start = row
+
+
+def rewrite_shard(version: "Version", rewrite: Rewrite) -> ShardEntry:
+    """Copy the kept samples' bytes into the staged shard, each checked against its crc32c in the
+    index (a sample that changed since is not copied into a new shard); its manifest entry."""
+    storage = version.storage
+    source = rewrite.source
+    keys = rewrite.kept.column("key").to_pylist()
+    lengths = rewrite.kept.column("length").to_pylist()
+    crcs = rewrite.kept.column("crc32c").to_pylist()
+    digests = Digests()
+    size = 0
+    with storage.open_write(rewrite.staged) as sink:
+        for start, end, offset, length in _runs(rewrite.kept):
+            data = storage.read_range(rewrite.source_uri, offset, length)
+            view = memoryview(data)
+            at = 0
+            for row in range(start, end):
+                sample = view[at : at + lengths[row]]
+                if len(sample) != lengths[row] or crc32c_extend(0, sample) != crcs[row]:
+                    raise ChecksumMismatch(
+                        f"{rewrite.source_uri} (shard {source.name} of version {source.version or version.id}): "
+                        f"sample {keys[row]!r} at offset {offset + at} does not match its crc32c in the index; "
+                        "the shard changed after it was published, so it is not copied into a new one"
+                    )
+                at += lengths[row]
+            sink.write(data)
+            digests.update(data)
+            size += length
+        sink.write(END_OF_ARCHIVE)
+        digests.update(END_OF_ARCHIVE)
+        size += len(END_OF_ARCHIVE)
+    return ShardEntry(
+        name=rewrite.name,
+        samples=len(keys),
+        bytes=size,
+        first_key=keys[0],
+        last_key=keys[-1],
+        crc32c=digests.crc32c,
+        sha256=digests.sha256 if source.sha256 is not None else None,
+        keys_ascending=source.keys_ascending,
+    )
