@@ -23,11 +23,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, InputError, WebDatasetError, from_spark
+from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, BadOption, InputError, WebDatasetError, from_spark
 from ..format.manifest import Manifest
 from ..format.names import KEY_COLUMN
 from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
 from ..format.sizes import format_size, spell_size
+from ..dataset.changes import APPEND, CHANGES, DELETE
 from ..dataset.layout import Dataset, check_dataset_root, check_version_id
 
 if TYPE_CHECKING:
@@ -88,8 +89,16 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--parent",
         help="build on this published version of the root (LATEST, or an id): its shards are referenced, "
-        "not copied, and the source's keys are appended (one already in the parent fails); with no "
-        "published version yet, LATEST gives a full build",
+        "not copied; with no published version yet, LATEST gives a full build",
+    )
+    parser.add_argument(
+        "--change",
+        choices=CHANGES,
+        default=APPEND,
+        help="what the source does to --parent: append new keys (one already in the parent fails), upsert "
+        "(replace a key the parent holds, add the rest) or delete (remove the source's keys, given by --key; "
+        "a key not there is counted, not an error). Only the parent's shards holding replaced or deleted "
+        "keys are rewritten (default append)",
     )
     parser.add_argument(
         "--reader-batch-rows",
@@ -184,6 +193,8 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
         print(f"build_webdataset: version {args.version!r} is published already; nothing to write", flush=True)
         return version_summary(args.version, target, manifest, 0.0, skipped=True)
     version.check_writable()
+    if args.change != APPEND and not args.parent:
+        raise BadOption(f"--change {args.change} needs --parent (LATEST or a version id): the version it changes")
     before = 0
     if args.mode == "append":
         existing = version.committed_manifest()
@@ -195,6 +206,8 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
         source = spark.table(args.source_table)
     else:
         source = spark.read.format(args.source_format).load(args.source)
+    if args.change == DELETE:
+        return _delete(args, version, source.selectExpr(f"CAST(({args.key}) AS STRING) AS `{KEY_COLUMN}`"), started)
     samples_df = select_samples(source, args.key, args.field)
     totals = samples_df.agg(F.count(F.lit(1)).alias("rows"), F.sum(tar_bytes_column(samples_df)).alias("bytes")).first()
     rows, tar_bytes = int(totals["rows"]), int(totals["bytes"] or 0)
@@ -211,6 +224,7 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
         mtime=args.mtime,
         allow_pax=args.allow_pax,
         parent=args.parent,
+        change=args.change,
     )
     writer = (
         order_samples(samples_df, partitions, args.order, args.seed)
@@ -224,6 +238,14 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
     seconds = time.monotonic() - started
     manifest = version.read_manifest()
     assert manifest is not None
+    change = manifest.run.get("change")
+    if change is not None:  # an upsert: every row replaced a sample or added one
+        if change["added"] + change["replaced"] != rows:
+            raise WebDatasetError(
+                f"{rows} source rows but {change['added']} samples added and {change['replaced']} replaced in "
+                f"{target}: rows were lost"
+            )
+        return version_summary(args.version, target, manifest, seconds)
     if args.mode == "overwrite" and manifest.parent is not None:
         before = Dataset(args.output).published(manifest.parent)[1].samples  # the parent's, referenced
     if manifest.samples - before != rows:
@@ -233,7 +255,26 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
     return version_summary(args.version, target, manifest, seconds)
 
 
+def _delete(args: argparse.Namespace, version, keys_df: "DataFrame", started: float) -> dict:
+    """A delete: the source's keys go from the parent; its shards that held them are rewritten."""
+    from ..spark.options import WriteOptions
+
+    options = WriteOptions(path=version.uri, parent=args.parent, change=DELETE)
+    keys_df.write.format("webdataset").options(**options.spark_options()).mode("overwrite").save(version.uri)
+    seconds = time.monotonic() - started
+    manifest = version.read_manifest()
+    assert manifest is not None
+    change = manifest.run["change"]
+    print(
+        f"build_webdataset: deleted {change['deleted']} sample(s) of {change['requested']} key row(s) given; "
+        f"{change['absent']} key(s) not in the parent; {change['shards_rewritten']} shard(s) rewritten",
+        flush=True,
+    )
+    return version_summary(args.version, version.uri, manifest, seconds)
+
+
 def version_summary(version: str, target: str, manifest: Manifest, seconds: float, skipped: bool = False) -> dict:
+    stored = sum(shard.bytes for shard in manifest.own_shards)
     return {
         "version": version,
         "uri": target,
@@ -242,9 +283,13 @@ def version_summary(version: str, target: str, manifest: Manifest, seconds: floa
         "bytes": manifest.bytes,
         "largest_shard_bytes": max((s.bytes for s in manifest.shards), default=0),
         "seconds": round(seconds, 3),
-        "mb_per_s": round(manifest.bytes / 1e6 / seconds, 1) if seconds else None,
+        "mb_per_s": round(stored / 1e6 / seconds, 1) if seconds else None,  # what this job wrote
         "spark_application_id": manifest.run.get("spark_application_id"),
         "skipped": skipped,
+        "parent": manifest.parent,
+        "bytes_stored": stored,
+        "bytes_referenced": manifest.bytes - stored,
+        **({"change": manifest.run["change"]} if "change" in manifest.run else {}),
     }
 
 
@@ -255,6 +300,10 @@ def print_summary(summary: dict, name: str = "build_webdataset") -> None:
         f"{name}: wrote {summary['shards']} shards, {summary['samples']} samples, "
         f"{format_size(summary['bytes'])} in {summary['seconds']:.1f} s ({summary['mb_per_s']} MB/s) "
         f"to {summary['uri']}"
+        if not summary.get("parent")
+        else f"{name}: {summary['uri']} on {summary['parent']}: {summary['shards']} shards, {summary['samples']} "
+        f"samples; {format_size(summary['bytes_stored'])} written in {summary['seconds']:.1f} s, "
+        f"{format_size(summary['bytes_referenced'])} referenced"
     )
     print(f"{name} summary: " + json.dumps(summary, sort_keys=True), flush=True)
 
