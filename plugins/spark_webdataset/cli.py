@@ -30,6 +30,7 @@ def _validate(args: argparse.Namespace) -> int:
         require=args.require,
         check=spark_check(args.spark_master) if args.spark_master else None,
         progress=not args.quiet,
+        full=args.full,
     )
     print(report.summary())
     return 0 if report.ok else 1
@@ -155,6 +156,11 @@ def parser() -> argparse.ArgumentParser:
     validate.add_argument("--workers", type=_positive_int, default=None, help="local processes (default: cores)")
     validate.add_argument("--require", action="append", default=[], help="a field every sample must have")
     validate.add_argument("--spark-master", help="check shards with a Spark job instead of a local pool")
+    validate.add_argument(
+        "--full", action="store_true",
+        help="open every shard, the ones referenced from a parent too (default: those are proven unchanged by "
+        "their size and crc32c against their own version's validation)",
+    )  # fmt: skip
     validate.add_argument("--quiet", action="store_true", help="no progress bar")
     validate.set_defaults(run=_validate)
 

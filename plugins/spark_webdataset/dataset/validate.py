@@ -120,7 +120,7 @@ def check_shard_task(task: tuple[str, str, dict | None, list[str], str | None, i
     error with its offset, from `check_shard`)."""
     uri, name, expected, required, keys_path, listed_bytes = task
     storage = storage_for(uri)
-    path = storage.join(uri, name)
+    path = Version.at(uri).location_uri(name) if name.startswith("../") else storage.join(uri, name)  # --full
     try:
         report = check_shard(name, lambda: storage.open_read(path), expected, required, listed_bytes)
     except Exception as error:  # noqa: BLE001 - one shard's failure is an error of the report, not a crash
@@ -217,13 +217,19 @@ def _scanned_rows(blocks: Iterable[tuple[pa.RecordBatch, np.ndarray]], names: li
         )
 
 
-def _tasks(uri: str, manifest: Manifest, present: dict[str, int], required: Sequence[str], report: ValidationReport):
+def _tasks(
+    uri: str, manifest: Manifest, present: dict[str, int], required: Sequence[str], report: ValidationReport,
+    full: bool = False,
+):
+    """(name, size, what the manifest says) of every shard to open: the version's own and any
+    other tar in its directory; with `full`, the referenced ones too (by location)."""
     listed = {shard.name: shard for shard in manifest.own_shards}
-    for shard in manifest.own_shards:
-        if shard.name not in present:
-            report.add_error("shard is listed in the manifest but missing", shard.name)
+    sizes = {**present, **_referenced_sizes(Version.at(uri), manifest)} if full else present
+    for shard in manifest.shards if full else manifest.own_shards:
+        if shard.location not in sizes:
+            report.add_error("shard is listed in the manifest but missing", shard.location)
             continue
-        yield shard.name, present[shard.name], {
+        yield shard.location, sizes[shard.location], {
             "samples": shard.samples,
             "bytes": shard.bytes,
             "crc32c": shard.crc32c,
@@ -234,6 +240,16 @@ def _tasks(uri: str, manifest: Manifest, present: dict[str, int], required: Sequ
     for name in sorted(present):
         if name not in listed and name.endswith(".tar"):
             yield name, present[name], None
+
+
+def _referenced_sizes(version: Version, manifest: Manifest) -> dict[str, int]:
+    """The stored size of every referenced shard, by location (one listing a version that stores some)."""
+    sizes: dict[str, int] = {}
+    for stored_in in sorted({shard.version for shard in manifest.shards if shard.version is not None}):
+        holder = version.dataset.version(stored_in) if version.dataset else None
+        listed = holder.storage.list_sizes(holder.uri) if holder else {}
+        sizes.update({f"../{stored_in}/{name}": size for name, size in listed.items()})
+    return sizes
 
 
 def required_fields(manifest: Manifest, extra: Sequence[str] = ()) -> list[str]:
@@ -249,9 +265,12 @@ def validate_version(
     check: "ShardCheck | None" = None,
     write_report: bool = True,
     progress: bool = False,
+    full: bool = False,
 ) -> ValidationReport:
     """Validate the version directory `uri`; write `_validation.json` unless told not to.
-    `check` checks the shards elsewhere (jobs.validate_spark: a Spark job); default: a local pool."""
+    `check` checks the shards elsewhere (jobs.validate_spark: a Spark job); default: a local pool.
+    A shard referenced from a parent is proven unchanged without reading it, unless `full`: then
+    every shard is opened, wherever it is stored."""
     started = time.monotonic()
     version = Version.at(uri)
     uri = version.uri
@@ -270,8 +289,8 @@ def validate_version(
         if not name.endswith(".tar"):
             report.add_error("unexpected file in the version directory", name)
     required = required_fields(manifest, require)
-    tasks = list(_tasks(uri, manifest, present, required, report))
-    index = _index_rows(version, manifest)
+    tasks = list(_tasks(uri, manifest, present, required, report, full))
+    index = _index_rows(version, manifest, full)
     if check is not None:
         results, duplicates, index_errors = check(uri, tasks, required, index)
     else:
@@ -290,7 +309,8 @@ def validate_version(
         report.error_count += duplicate_count - len(listed) - 1
     for error in index_errors:
         report.add_error(error)
-    report.shards.extend(_check_references(version, manifest, report))
+    if not full:
+        report.shards.extend(_check_references(version, manifest, report))
     if manifest.parent is not None and manifest.sample_index:
         for error in _check_index_counts(version, manifest):
             report.add_error(error)
@@ -386,9 +406,10 @@ def _own_rows(rows: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield batch.filter(pc.invert(pc.starts_with(batch.column("shard"), "../")))
 
 
-def _index_rows(version: Version, manifest: Manifest) -> IndexRows:
-    """The index's rows, to be compared with the tars' (None if the manifest names none: a version
-    written before spark-webdataset kept one is still valid, only not readable by key)."""
+def _index_rows(version: Version, manifest: Manifest, full: bool = False) -> IndexRows:
+    """The index's rows of the shards opened (all with `full`), to be compared with the tars' (None
+    if the manifest names none: a version written before spark-webdataset kept one is still valid,
+    only not readable by key)."""
     if not manifest.sample_index:
         return None
     path = version.path(manifest.sample_index)
@@ -396,7 +417,7 @@ def _index_rows(version: Version, manifest: Manifest) -> IndexRows:
 
     def rows() -> Iterator[pa.RecordBatch]:
         with storage.open_read(path) as stream:
-            yield from _own_rows(index_block_rows(stream))
+            yield from index_block_rows(stream) if full else _own_rows(index_block_rows(stream))
 
     return rows
 
