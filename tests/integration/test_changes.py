@@ -199,3 +199,20 @@ def test_full_validation_opens_referenced_shards_and_finds_a_change_the_report_c
     assert validate_version(child, write_report=False).ok
     found = validate_version(child, full=True, workers=1, write_report=False)
     assert not found.ok and any(e["shard"] == "../v1/shard-000002.tar" for e in found.errors), found.errors
+
+
+def test_a_delete_of_every_sample_of_a_shard_drops_the_shard_and_names_continue_after_the_highest(spark, tmp_path) -> None:
+    root = str(tmp_path / "data")
+    _write(spark, root, "v1", {f"k{i:04d}": f"text {i}" for i in range(60)}, None, None)  # 3 shards
+    _publish(root, "v1")
+    _delete(spark, root, "v2", [f"k{i:04d}" for i in range(20, 40)] + ["k0000"], "v1")
+    _publish(root, "v2")
+    _, m2 = Dataset(root).published("v2")
+    assert (m2.run["change"]["shards_emptied"], m2.run["change"]["shards_rewritten"]) == (1, 1)
+    assert [s.location for s in m2.shards] == ["shard-000003.tar", "../v1/shard-000002.tar"]
+    _write(spark, root, "v3", {"k0001": "new", "k0500": "added"}, "v2", "upsert")  # touches v2's own rewrite
+    _publish(root, "v3")
+    _, m3 = Dataset(root).published("v3")
+    assert [s.location for s in m3.shards] == ["shard-000005.tar", "../v1/shard-000002.tar", "shard-000004.tar"]
+    wanted = {f"k{i:04d}": f"text {i}".encode() for i in [*range(2, 20), *range(40, 60)]}
+    assert _reads_of_every_reader(spark, root, "v3") == {**wanted, "k0001": b"new", "k0500": b"added"}
