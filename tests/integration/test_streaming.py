@@ -149,6 +149,12 @@ def test_complete_mode_and_a_missing_checkpoint_are_refused_with_the_reason(spar
     assert isinstance(from_spark(missing.value), BadOption), missing.value
     assert "needs option checkpointLocation" in str(from_spark(missing.value))
 
+    with pytest.raises(Exception) as upsert:  # a stream appends: upserts are batch writes
+        (spark.readStream.schema(SCHEMA).json(str(source)).writeStream.format("webdataset")
+         .option("checkpointLocation", str(tmp_path / "ck2")).option("parent", "LATEST").option("change", "upsert")
+         .trigger(availableNow=True).start(str(tmp_path / "out")).awaitTermination())
+    assert isinstance(from_spark(upsert.value), BadOption) and "a webdataset stream appends" in str(upsert.value)
+
 
 def _start_driver(source: Path, version: Path, checkpoint: Path, log: Path, **options: str) -> subprocess.Popen:
     driver = SUPPORT / "streaming_driver.py"

@@ -19,6 +19,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter
 from pyspark.sql.types import StructType
 
 from ..errors import BadOption
+from ..dataset.changes import APPEND
 from ..dataset.commit import StreamBatch, commit_job, journal_job
 from ..testing import faults
 from .options import StreamOptions
@@ -37,6 +38,11 @@ class WebDatasetStreamWriter(DataSourceStreamArrowWriter):
                 "batch; use outputMode('append')"
             )
         self.options = StreamOptions.parse(options)
+        if self.options.write.change != APPEND:
+            raise BadOption(
+                f"option change={self.options.write.change!r}: a webdataset stream appends; upsert and delete "
+                "are batch writes (write each micro-batch's changes with foreachBatch)"
+            )
         # Spark pickles one instance for the tasks and commits with another: both stage and
         # commit through a batch writer, and the commit finds the staged files by the messages.
         self.batch = WebDatasetWriter(self.options.write, schema, overwrite=False, application_id=application_id)
