@@ -256,8 +256,10 @@ def _plan(root: str, policy: RetentionPolicy, now: float) -> tuple[GcReport, lis
     record_sizes = storage.list_sizes(storage.join(dataset.root, PUBLISHED_DIR)) if records else {}
     report = GcReport(dataset.root, dry_run=True, kept=kept)
     removals = []
-    going = [v for v in records if v not in kept] + [v for v in directories if v not in records and v not in kept]
-    for version_id in sorted(set(going)):
+    # published versions first (their records go before any file), oldest first; then the unpublished
+    going = sorted((v for v in records if v not in kept), key=lambda v: record_order(v, records[v]))
+    going += sorted(v for v in directories if v not in records and v not in kept)
+    for version_id in going:
         version = dataset.version(version_id)
         files, subdirectories = _listing(storage, version.uri) if version_id in directories else ({}, [])
         held = sorted(needed.get(version_id, set()) & set(files))
@@ -313,7 +315,8 @@ def _retire(dataset: Dataset, removal: _Removal, report: GcReport) -> bool:
     """Step 2 for one version: mark it, check again, delete its record. False: it stays after all."""
     storage = dataset.storage
     version = dataset.version(removal.version)
-    mark = (json.dumps({"__kind__": RETIRED_KIND, "version": removal.version, "at": iso_utc(_now())}) + "\n").encode()
+    # the same bytes from every gc: an interrupted gc and its rerun leave what one gc leaves
+    mark = (json.dumps({"__kind__": RETIRED_KIND, "version": removal.version}) + "\n").encode()
     if removal.stored and not storage.exists(version.retired_uri):
         storage.write_atomic(version.retired_uri, mark)
     faults.point("gc:marked", version=removal.version)
@@ -379,9 +382,10 @@ def pin(root: str, version: str, *, by: str | None = None, reason: str | None = 
     check_version_id(version)
     target = dataset.version(version)
     storage = dataset.storage
-    if storage.exists(target.retired_uri):
+    published = dataset.read_record(version) is not None
+    if not published and storage.exists(target.retired_uri):  # (still published: gc was interrupted; the pin wins)
         raise RetentionRefused(f"{dataset.root}: version {version!r} was retired by gc; it cannot be pinned")
-    if dataset.read_record(version) is None and not storage.list_sizes(target.uri):
+    if not published and not storage.list_sizes(target.uri):
         raise RetentionRefused(
             f"{dataset.root}: no version {version!r} to pin (published: {', '.join(dataset.published_ids()) or 'none'})"
         )
