@@ -172,7 +172,14 @@ def test_dry_run_changes_no_byte_and_plans_what_gc_then_frees(root) -> None:
     )  # fmt: skip
     assert cli.returncode == 0, cli.stderr
     assert "would free" in cli.stdout and " retired  v1" in cli.stdout
-    assert state() == before and sorted(root.rglob("*")) == sorted(root.rglob("*"))
+    described = describe_root(str(root), KEEP_TWO)  # inspect --keep-last: "what gc would free"
+    assert described.gc["retire"] == ["v1", "v2", "v3"] and described.gc["bytes"] == planned.bytes_freed
+    inspected = subprocess.run(
+        [sys.executable, "-m", "spark_webdataset.cli", "inspect", str(root), "--keep-last", "2", "--min-age", "0"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "gc --keep-last 2 would free" in inspected.stdout and "retire v1, v2, v3; remove tmp-broken, tmp-dead" in inspected.stdout
+    assert state() == before
     assert planned.dry_run and planned.retired == ["v1", "v2", "v3"] and planned.bytes_freed > 0
     done = collect(str(root), KEEP_TWO)
     assert done.bytes_freed == planned.bytes_freed
