@@ -285,3 +285,20 @@ def test_the_cli_pins_unpins_and_refuses_bad_policies(root) -> None:
     with pytest.raises(BadOption):
         RetentionPolicy(keep_last=0)
     assert parse_duration("90m") == 5400 and parse_duration("7d") == 7 * 86400 and parse_duration("30") == 30
+
+
+def test_a_version_kept_while_gc_runs_keeps_the_shards_it_references(tmp_path) -> None:
+    root = tmp_path / "ds"
+    publish_version(str(root), "v1", 0, 10, logical_date="2026-10-01T00:00:00Z")
+    publish_version(str(root), "w1", 100, 20, logical_date="2026-11-01T00:00:00Z")
+    publish_version(str(root), "w2", 200, 20, parent="w1", logical_date="2026-11-02T00:00:00Z")
+    publish_version(str(root), "w3", 300, 20, logical_date="2026-11-03T00:00:00Z")  # a full build: no parent
+    w2_before = samples(root / "versions" / "w2")
+    # planned: keep w3, retire v1, w1, w2; once v1 is marked, LATEST is set back to w2 by hand
+    faults.install("gc:marked", lambda: set_latest(str(root), "w2", by="test"))
+    report = collect(str(root), RetentionPolicy(keep_last=1, min_age_seconds=0))
+    assert report.retired == ["v1", "w1"] and "latest or pinned while gc ran" in report.kept["w2"]
+    assert Dataset(str(root)).published_ids() == ["w2", "w3"]
+    held = referenced_from(root, "w2", "w1")
+    assert held and set(os.listdir(root / "versions" / "w1")) == held | set(PROOF_FILES)
+    assert samples(root) == w2_before  # LATEST = w2 reads every sample, w1's shards included
