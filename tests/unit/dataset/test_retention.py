@@ -302,3 +302,16 @@ def test_a_version_kept_while_gc_runs_keeps_the_shards_it_references(tmp_path) -
     held = referenced_from(root, "w2", "w1")
     assert held and set(os.listdir(root / "versions" / "w1")) == held | set(PROOF_FILES)
     assert samples(root) == w2_before  # LATEST = w2 reads every sample, w1's shards included
+
+
+def test_a_publish_racing_gc_over_an_unpublished_version_loses_and_leaves_no_record(tmp_path) -> None:
+    root = tmp_path / "ds"
+    publish_version(str(root), "v1", 0, 10)
+    commit_version(str(root), "v2", 100, 10)
+    version = Dataset(str(root)).version("v2")
+    assert validate_version(version.uri, workers=1).ok
+    # gc marks v2 after publish checked for the mark and before publish creates its record
+    faults.install("publish:recording", lambda: Path(version.retired_uri).write_text("{}"))
+    with pytest.raises(PublishRefused, match="gc retired this version"):
+        publish(str(root), "v2")
+    assert not version.is_published() and Dataset(str(root)).read_latest() == "v1"
