@@ -6,6 +6,8 @@ the first that holds:
 
     latest         published, and LATEST names it
     published      a publish record exists (the commit point of publishing)
+    retired        gc retired it (`_RETIRED`, no publish record): what is left is shards that kept
+                   versions reference and their proof, or a removal an interrupted gc's rerun finishes
     sealed         sealed for publishing, no publish record (a publish running, or one that died)
     valid          committed; its validation passed for this very manifest
     invalid        committed; its validation failed
@@ -27,11 +29,14 @@ from __future__ import annotations
 import enum
 import hashlib
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from ..errors import InputError
 from ..format.manifest import Manifest
 from .layout import Dataset, Version, timestamp_in_id, iso_utc, record_order, version_sort_key
+
+if TYPE_CHECKING:
+    from .retention import RetentionPolicy
 
 
 class VersionState(str, enum.Enum):
@@ -39,6 +44,7 @@ class VersionState(str, enum.Enum):
 
     LATEST = "latest"
     PUBLISHED = "published"
+    RETIRED = "retired"
     SEALED = "sealed"
     VALID = "valid"
     INVALID = "invalid"
@@ -53,7 +59,7 @@ class VersionState(str, enum.Enum):
     @property
     def committed(self) -> bool:
         """A committed set of shards is there (a manifest)."""
-        return self not in (VersionState.NOT_COMMITTED, VersionState.FOREIGN, VersionState.EMPTY)
+        return self not in (VersionState.RETIRED, VersionState.NOT_COMMITTED, VersionState.FOREIGN, VersionState.EMPTY)
 
 
 # The view's row for a version it could not read (inspect fails instead); not a state of a version.
@@ -169,9 +175,27 @@ class RootDescription:
     root: str
     latest: str | None
     versions: list[VersionDescription]  # oldest first
+    gc: dict | None = None  # what a gc with the asked policy would retire, remove and free (`gc_would_free`)
 
     def as_dict(self) -> dict:
-        return {"root": self.root, "latest": self.latest, "versions": [v.as_dict() for v in self.versions]}
+        described = {"root": self.root, "latest": self.latest, "versions": [v.as_dict() for v in self.versions]}
+        return described if self.gc is None else {**described, "gc": self.gc}
+
+
+def gc_would_free(root: str, policy: "RetentionPolicy") -> dict:
+    """What `gc` with `policy` would do now (reads only): for inspect and the Asset event."""
+    from .retention import plan
+
+    planned = plan(root, policy)
+    return {
+        "keep_last": policy.keep_last,
+        "keep_days": policy.keep_days,
+        "min_age_seconds": policy.min_age_seconds,
+        "retire": planned.retired,
+        "remove": planned.removed_unpublished,
+        "bytes": planned.bytes_freed,
+        "files": len(planned.files_deleted),
+    }
 
 
 def _validation(report: dict | None, manifest_sha256: str | None) -> ValidationSummary | None:
@@ -218,7 +242,9 @@ def describe_version(
     validation = _validation(report, digest)
     commit_pending = storage.exists(version.journal_uri)
     sealed = manifest is not None and version.is_sealed()  # the seal never comes without a manifest
-    if manifest is not None:
+    if storage.exists(version.retired_uri):
+        state = VersionState.RETIRED
+    elif manifest is not None:
         if sealed:
             state = VersionState.SEALED
         elif validation is None or not validation.current:
@@ -243,13 +269,15 @@ def describe_version(
     )
 
 
-def describe_root(root: str) -> RootDescription:
-    """Every version of the root (oldest first) and LATEST; InputError where no dataset is."""
+def describe_root(root: str, retention: "RetentionPolicy | None" = None) -> RootDescription:
+    """Every version of the root (oldest first) and LATEST; InputError where no dataset is.
+    `retention`: also what a gc with that policy would free (a plan: it reads every version's files' sizes)."""
     dataset = Dataset(root)
     listing = RootListing.read(dataset)
     if not listing.ids and not listing.records and not dataset.storage.exists(dataset.root):
         raise InputError(f"{root}: no dataset there (no versions/, no published versions)")
-    return RootDescription(dataset.root, listing.latest, listing.describe())
+    gc = None if retention is None else gc_would_free(root, retention)
+    return RootDescription(dataset.root, listing.latest, listing.describe(), gc)
 
 
 def describe(root: str) -> dict:
@@ -283,4 +311,12 @@ def format_description(description: RootDescription | dict) -> str:
         marker = "*" if v["version"] == description["latest"] else " "
         date = v["logical_date"] or "-"
         lines.append(f" {marker} {v['version']:<24} {date:<21} {counts:<48} {state}")
+    gc = description.get("gc")
+    if gc is not None:
+        going = [f"retire {', '.join(gc['retire'])}"] if gc["retire"] else []
+        going += [f"remove {', '.join(gc['remove'])}"] if gc["remove"] else []
+        lines.append(
+            f"gc --keep-last {gc['keep_last']} would free {format_size(gc['bytes'])} in {gc['files']} file(s)"
+            + (f": {'; '.join(going)}" if going else "")
+        )
     return "\n".join(lines)
