@@ -26,7 +26,7 @@ run: env
 test: env
 	scripts/ensure_browser.sh  # chromium + chromedriver for the WebDataset view's browser test
 	scripts/ensure_postgres.sh  # PostgreSQL for the compose stack's native test (tests/e2e/test_airflow_postgres.py)
-	source scripts/airflow_env.sh && $(PY) -m pytest -ra --cov --cov-report=term $(PYTEST_ARGS)
+	source scripts/airflow_env.sh && $(PY) -m pytest -ra --durations=15 --cov --cov-report=term $(PYTEST_ARGS)
 
 bench: env  # every bench/*.py but the harness; each prints a table, writes bench/results/<name>.json (BENCH_ARGS=--quick: smoke run)
 	source scripts/airflow_env.sh && for b in $(filter-out bench/harness.py,$(sort $(wildcard bench/*.py))); do \
