@@ -187,17 +187,16 @@ def plan_change(
 
 
 def rewrite_shards(
-    version: "Version", plan: ChangePlan, threads: int, progress: Callable[[], None] = lambda: None
+    version: "Version", plan: ChangePlan, threads: int, renew: Callable[[], None] = lambda: None
 ) -> dict[str, ShardEntry]:
-    """Stage every rewrite of the plan, `threads` at a time; the new entries by name. `progress` is
-    called in the calling thread after each (the commit renews its lease there)."""
+    """Stage every rewrite of the plan, `threads` at a time; the new entries by name. `renew` is
+    called after every read (the commit's lease: a large shard's copy outlasts no lease)."""
     if not plan.rewrites:
         return {}
     written: dict[str, ShardEntry] = {}
     with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="webdataset-rewrite") as pool:
-        for entry in pool.map(lambda rewrite: rewrite_shard(version, rewrite), plan.rewrites):
+        for entry in pool.map(lambda rewrite: rewrite_shard(version, rewrite, renew), plan.rewrites):
             written[entry.name] = entry
-            progress()
     log.info(
         "webdataset: rewrote %d shard(s) without their replaced or deleted samples (%d samples copied)",
         len(plan.rewrites), sum(len(rewrite.kept) for rewrite in plan.rewrites),
@@ -222,7 +221,7 @@ def _runs(kept: pa.Table) -> Iterator[tuple[int, int, int, int]]:
             start = row
 
 
-def rewrite_shard(version: "Version", rewrite: Rewrite) -> ShardEntry:
+def rewrite_shard(version: "Version", rewrite: Rewrite, renew: Callable[[], None] = lambda: None) -> ShardEntry:
     """Copy the kept samples' bytes into the staged shard, each checked against its crc32c in the
     index (a sample that changed since is not copied into a new shard); its manifest entry."""
     storage = version.storage
@@ -235,6 +234,7 @@ def rewrite_shard(version: "Version", rewrite: Rewrite) -> ShardEntry:
     with storage.open_write(rewrite.staged) as sink:
         for start, end, offset, length in _runs(rewrite.kept):
             data = storage.read_range(rewrite.source_uri, offset, length)
+            renew()
             view = memoryview(data)
             at = 0
             for row in range(start, end):
