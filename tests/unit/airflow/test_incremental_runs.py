@@ -171,3 +171,32 @@ def test_gc_keeps_latest_and_the_version_just_published_even_a_backfill(tmp_path
     # the next gc (min-age 0) has nothing protecting the backfill any more but its own run
     assert pipeline.gc_step(root, IDS[2], policy)["retired"] == ["20261031T000000Z"]
     assert dataset.published_ids() == [IDS[2]]
+
+
+def test_the_view_shows_what_gc_would_free_with_the_configs_retention(tmp_path) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    from spark_webdataset.airflow.ui.app import create_app
+
+    root = tmp_path / "root"
+    build_chain(root, IDS, per_version=20)
+    configs = tmp_path / "datasets"
+    write_config(configs, "kept", source="/src", root=str(root), key="id", retention={"keep_last": 2, "min_age": "0s"})
+    write_config(configs, "plain", source="/src", root=str(tmp_path / "other"), key="id")
+    build_chain(tmp_path / "other", IDS[:1], per_version=5)
+    app = create_app(configs)
+    app.dependency_overrides[app.state.user_dependency] = lambda: "tester"
+    client = TestClient(app)
+    cost = client.get("/api/datasets/kept/versions").json()["gc_would_free"]
+    assert (cost["configured"], cost["keep_last"], cost["retire"]) == (True, 2, [IDS[0]])
+    assert cost["bytes"] == pipeline.plan(str(root), pipeline.retention_policy(
+        {"keep_last": 2, "keep_days": None, "min_age_seconds": 0.0})).bytes_freed > 0  # fmt: skip
+    page = client.get("/datasets/kept").text
+    assert "the config's retention: keep_last 2" in page and f"retiring {IDS[0]}" in page
+    plain = client.get("/api/datasets/plain/versions").json()["gc_would_free"]
+    assert (plain["configured"], plain["keep_last"], plain["bytes"]) == (False, 1, 0)  # LATEST alone
+    assert "no retention configured" in client.get("/datasets/plain").text
