@@ -221,6 +221,11 @@ def test_the_wheel_alone_runs_a_dataset_dag_to_a_published_version(
                 "samples": 1797,
                 "shards": len(shards),
                 "bytes": sum(s["bytes"] for s in shards),
+                # the cost: a whole version (no parent) stores all its bytes; gc (keep_last 1) frees nothing
+                "parent": None,
+                "bytes_stored": sum(s["bytes"] for s in shards),
+                "bytes_referenced": 0,
+                "gc_would_free": 0,
             },
         )
     ]

@@ -35,6 +35,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    NonNegativeFloat,
     NonNegativeInt,
     PositiveInt,
     PrivateAttr,
@@ -49,7 +50,10 @@ from ..errors import DatasetConfigError, NestedDatasetRoot
 from ..format.names import field_error, field_name_error
 from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
 from ..format.sizes import spell_size
+from ..dataset.changes import APPEND, CHANGES
 from ..dataset.layout import check_dataset_root, check_version_id
+from ..dataset.retention import DEFAULT_MIN_AGE_SECONDS, RetentionPolicy
+from ..dataset.retention import parse_duration as parse_age
 
 DAGS_FOLDER_ENV = "AIRFLOW__CORE__DAGS_FOLDER"
 DATASETS_ENV = "SPARK_WEBDATASET_DATASETS"
@@ -67,6 +71,7 @@ TASK_TIMEOUTS = {
     "write_shards": datetime.timedelta(hours=6),
     "validate": datetime.timedelta(hours=3),
     "publish": datetime.timedelta(minutes=30),
+    "gc": datetime.timedelta(hours=1),  # only in DAGs whose config has `retention:`
 }
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 DURATION_RULE = "a duration above zero: seconds as a number, or e.g. 90s, 10m, 2h, 1h30m, 1d"
@@ -201,7 +206,11 @@ class ValidationSettings(BaseModel):
 
 
 class BuildSettings(BaseModel):
-    """How each run builds its version: whole, or on a published parent (its shards referenced)."""
+    """How each run builds its version: whole, or on a published parent (its shards referenced).
+
+    `change: upsert|delete` needs `parent` written out (no implied LATEST): what a run changes
+    should be read in the file, not known from a default.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -210,7 +219,11 @@ class BuildSettings(BaseModel):
         description="LATEST (the version published before the run's date: backfills build on their own "
         "past), a version id, or null: every run writes a whole version",
     )
-    change: Literal["append"] = Field("append", description="what the source is to the parent: new samples")
+    change: Literal["append", "upsert", "delete"] = Field(
+        "append",
+        description="what the source does to the parent: append (new keys), upsert (replace or add keys) "
+        "or delete (remove the source's keys); upsert and delete need a parent",
+    )
 
     @field_validator("parent")
     @classmethod
@@ -218,6 +231,54 @@ class BuildSettings(BaseModel):
         if value is None or value == "LATEST":
             return value
         return check_version_id(value)
+
+    @model_validator(mode="after")
+    def _change_needs_parent(self) -> "BuildSettings":
+        if self.change != APPEND and self.parent is None:
+            raise ValueError(change_needs_parent(self.change))  # reported as the field `build`
+        return self
+
+
+def change_needs_parent(change: str) -> str:
+    """The rule a change other than append breaks without a parent (the config's and the Param's words)."""
+    return (
+        f"change {change!r} needs a parent (LATEST or a version id): the version it changes; "
+        "write parent: LATEST, or change: append"
+    )
+
+
+def _age_seconds(value: Any) -> float:
+    """`0s`, `30m`, `24h`, `7d` or a number of seconds (gc's `--min-age` rule); zero allowed."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{value!r} is not an age: seconds as a number, or e.g. 0s, 30m, 24h, 7d")
+    seconds = float(value) if not isinstance(value, str) else parse_age(value)
+    if seconds < 0:
+        raise ValueError(f"{value!r} must not be negative")
+    return seconds
+
+
+class RetentionSettings(BaseModel):
+    """Which versions the gc task (after publish) keeps; the rest is retired and its unreferenced files deleted.
+
+    Besides these, gc always keeps LATEST, pinned versions, versions a live job writes, and the
+    version the run just published.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    keep_last: PositiveInt = Field(description="keep the newest N published versions (LATEST always)")
+    keep_days: NonNegativeFloat | None = Field(None, description="also keep versions published within D days")
+    min_age: Annotated[float, BeforeValidator(_age_seconds)] = Field(
+        DEFAULT_MIN_AGE_SECONDS,
+        description="never touch a version younger than this (e.g. 24h): an unpublished one may be "
+        "waiting for another run's validate and publish",
+    )
+
+    def policy(self, **overrides: Any) -> RetentionPolicy:
+        """gc's policy, with a run's `keep_last` / `keep_days` where given (keep_days None: no day rule)."""
+        return RetentionPolicy(
+            overrides.get("keep_last", self.keep_last), overrides.get("keep_days", self.keep_days), self.min_age
+        )
 
 
 class DatasetConfig(BaseModel):
@@ -245,6 +306,7 @@ class DatasetConfig(BaseModel):
     spark: SparkSettings = Field(default_factory=SparkSettings)
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
     build: BuildSettings = Field(default_factory=BuildSettings)
+    retention: RetentionSettings | None = Field(None, description="gc after each publish; absent: no gc task")
     retries: NonNegativeInt = 2
     timeouts: dict[str, Duration] = Field(
         default_factory=lambda: dict(TASK_TIMEOUTS),

@@ -33,9 +33,10 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Asset, Param, task
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from ..dataset.changes import CHANGES
 from ..jobs.build import ORDERS
 from ..errors import DatasetConfigError, InvalidDatasetConfigs
-from .configs import BuildSettings, DatasetConfig, load_folder
+from .configs import BuildSettings, DatasetConfig, RetentionSettings, load_folder
 from ..errors import EXIT_BAD_INPUT
 from ..dataset.layout import VERSION_ID_RULE
 from ..jobs.entry import BUILD_WEBDATASET, script
@@ -108,8 +109,29 @@ def run_params(config: DatasetConfig) -> dict[str, Param]:
         "max_samples_per_shard": Param(config.max_samples_per_shard, type=["null", "integer"], minimum=1),
         "order": Param(config.order, enum=list(ORDERS)),
         "parent": Param(config.build.parent, type=["null", "string"], description=BuildSettings.model_fields["parent"].description),
+        "change": Param(config.build.change, enum=list(CHANGES), description=BuildSettings.model_fields["change"].description),
         "version": Param(None, type=["null", "string"], description=f"override the version id (default: from the run's date): {VERSION_ID_RULE}"),
+        **(retention_params(config.retention) if config.retention else {}),
     }  # fmt: skip
+
+
+def retention_params(retention: RetentionSettings) -> dict[str, Param]:
+    """The gc task's knobs a manual run may change (min_age stays the config's: it protects other runs)."""
+    about = {name: info.description for name, info in RetentionSettings.model_fields.items()}
+    return {
+        "keep_last": Param(retention.keep_last, type="integer", minimum=1, description=about["keep_last"]),
+        "keep_days": Param(retention.keep_days, type=["null", "number"], minimum=0, description=about["keep_days"]),
+    }
+
+
+EXTRA_FIELDS = ("version", "uri", "samples", "shards", "bytes", "parent", "bytes_stored", "bytes_referenced", "change", "gc_would_free")
+
+
+def event_extra(root: str, result: dict) -> dict:
+    """The Asset event's extra: where the version is, what it holds and costs (no per-shard lists)."""
+    extra = {"root": root, "index": result["index_uri"]}
+    extra.update({name: result[name] for name in EXTRA_FIELDS if name in result})
+    return extra
 
 
 def dataset_doc(config: DatasetConfig, doc_md: str) -> str:
@@ -143,6 +165,7 @@ def build_dag(config: DatasetConfig, doc_md: str = "") -> DAG:
     """The DAG of one dataset; raise DatasetConfigError if Airflow refuses what the config asks for."""
     asset = dataset_asset(config)
     spark, validation, timeouts, root = config.spark, config.validation, config.timeouts, config.root
+    retention = config.retention.model_dump() if config.retention else None  # plain values for the tasks
     dag = DAG(
         dag_id=config.dag_id,
         description=f"{config.name}: Spark source -> WebDataset shards -> validate -> publish",
@@ -171,8 +194,9 @@ def build_dag(config: DatasetConfig, doc_md: str = "") -> DAG:
 
             conf = getattr(dag_run, "conf", None)  # as given: checked even where it does not override Params
             with fail_without_retry():
-                planned = plan_run(params, dag_run.logical_date, dag_run.run_after, root, conf)
-            print(f"version {planned['version']} -> {planned['version_uri']} from {planned['source']}")
+                planned = plan_run(params, dag_run.logical_date, dag_run.run_after, root, conf, retention)
+            on = f" on {planned['parent']} ({planned['change']})" if planned["parent"] else ""
+            print(f"version {planned['version']}{on} -> {planned['version_uri']} from {planned['source']}")
             return planned
 
         planned = plan()
@@ -206,21 +230,23 @@ def build_dag(config: DatasetConfig, doc_md: str = "") -> DAG:
             from spark_webdataset.airflow.pipeline import publish_step
 
             with fail_without_retry():
-                result = publish_step(root, planned["version"], planned.get("logical_date"))
-            outlet_events[asset].extra = {
-                "version": result["version"],
-                "root": root,
-                "uri": result["uri"],
-                "index": result["index_uri"],
-                "samples": result["samples"],
-                "shards": result["shards"],
-                "bytes": result["bytes"],
-            }
+                result = publish_step(root, planned["version"], planned.get("logical_date"), planned.get("retention"))
+            outlet_events[asset].extra = event_extra(root, result)
             return result
 
         validated = validate(planned)
         planned >> write_shards >> validated
-        publish(planned, validated)
+        published = publish(planned, validated)
+        if retention is not None:
+
+            @task(execution_timeout=timeouts["gc"])
+            def gc(planned: dict, published: dict) -> dict:
+                from spark_webdataset.airflow.pipeline import gc_step
+
+                with fail_without_retry():
+                    return gc_step(root, published["version"], planned["retention"])
+
+            gc(planned, published)
     try:
         dag.validate()  # what DagBag checks: a failure here would be an import error of the whole DAG file
     except Exception as error:  # noqa: BLE001 - any refusal is this config's problem

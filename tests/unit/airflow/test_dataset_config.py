@@ -207,7 +207,7 @@ def test_a_config_gives_its_dag_params_asset_and_spark_settings(tmp_path) -> Non
         "source": "gs://raw/{ds}/*.parquet", "source_table": None, "source_format": "parquet",
         "key": "image_id", "fields": ["jpg=bytes", "cls=label"],
         "max_shard_bytes": "3GiB", "max_samples_per_shard": 5000, "order": "key", "version": None,
-        "parent": "LATEST",
+        "parent": "LATEST", "change": "append",
     }  # fmt: skip
     # no root in the form: the config alone says where the dataset lives; the version override names its rule
     assert "output_root" not in dag.params

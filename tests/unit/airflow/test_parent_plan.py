@@ -29,7 +29,7 @@ def test_latest_means_the_version_published_before_the_runs_date(tmp_path) -> No
     params = {"source": "/src/{ds}", "source_format": "parquet", "key": "id", "max_shard_bytes": "1MiB",
               "order": "hash", "fields": [], "parent": "LATEST"}  # fmt: skip
     planned = pipeline.plan_run(params, _day(2), _day(2), str(root))
-    assert planned["job_args"][-2:] == ["--parent", "20261101T000000Z"]
+    assert planned["job_args"][-4:] == ["--parent", "20261101T000000Z", "--change", "append"]
     assert "--parent" not in pipeline.plan_run(params, _day(1), _day(1), str(root))["job_args"]
 
 
@@ -37,5 +37,8 @@ def test_the_build_section_is_checked() -> None:
     assert BuildSettings(parent="LATEST").parent == "LATEST" and BuildSettings().parent is None
     with pytest.raises(ValueError, match="version id"):
         BuildSettings(parent="../other")
+    assert BuildSettings(parent="LATEST", change="upsert").change == "upsert"
+    with pytest.raises(ValueError, match="needs a parent"):
+        BuildSettings(change="upsert")
     with pytest.raises(ValueError):
-        BuildSettings(parent="LATEST", change="upsert")
+        BuildSettings(parent="LATEST", change="merge")

@@ -155,7 +155,11 @@ def create_app(folder: str | Path | None = None, user_dependency: Callable[..., 
     @app.get("/api/datasets/{name}/versions")
     def api_versions(name: str, page: int = Query(1, ge=1), per_page: int = Query(20, ge=1, le=200)) -> dict:
         config = _dataset(name, folder)
-        return {"name": name, **_call(summary.versions_page, config.root, page, per_page)}
+        return {
+            "name": name,
+            **_call(summary.versions_page, config.root, page, per_page),
+            "gc_would_free": summary.gc_cost(config.root, config.retention),
+        }
 
     @app.get("/api/datasets/{name}/versions/{version}")
     def api_version(name: str, version: str) -> dict:
@@ -198,7 +202,8 @@ def create_app(folder: str | Path | None = None, user_dependency: Callable[..., 
     def page_versions(request: Request, name: str, page: int = Query(1, ge=1)) -> str:
         config = _dataset(name, folder)
         data = _call(summary.versions_page, config.root, page)
-        return pages.render("versions", base=base(request), name=name, v=data)
+        gc = summary.gc_cost(config.root, config.retention)
+        return pages.render("versions", base=base(request), name=name, v=data, gc=gc)
 
     @app.get("/datasets/{name}/versions/{version}", response_class=HTMLResponse)
     def page_version(

@@ -41,6 +41,9 @@ _VERSIONS = """{% extends "base" %}{% block title %}{{ name }} - WebDataset{% en
 {% block crumbs %} / <a href="{{ base }}/datasets/{{ name|urlencode }}">{{ name }}</a>{% endblock %}{% block body %}
 <h1>{{ name }}</h1>
 <p>Root <code>{{ v.root }}</code>, LATEST {% if v.latest %}<a id="latest" href="{{ base }}/datasets/{{ name|urlencode }}/versions/{{ v.latest|urlencode }}">{{ v.latest }}</a>{% else %}<span class="muted">none</span>{% endif %}, {{ v.total }} versions.</p>
+<p id="gc-would-free">{% if gc.error %}<span class="muted">What gc would free: cannot tell ({{ gc.error }})</span>
+{% else %}gc {% if gc.configured %}(the config's retention: keep_last {{ gc.keep_last }}{% if gc.keep_days is not none %}, keep_days {{ gc.keep_days }}{% endif %}){% else %}with <code>--keep-last 1</code> (no retention configured){% endif %}, min-age {{ (gc.min_age_seconds / 3600)|round(2) }}h,
+would free {{ size(gc.bytes) }} in {{ gc.files }} files{% if gc.retire %}, retiring {{ gc.retire|join(", ") }}{% endif %}{% if gc.remove %}, removing unpublished {{ gc.remove|join(", ") }}{% endif %}.{% endif %}</p>
 <table id="versions"><tr><th>Version</th><th>Logical date</th><th>State</th><th class="num">Shards</th><th class="num">Samples</th><th class="num">Bytes</th><th>Validated at</th><th>Published at</th></tr>
 {% for r in v.versions %}<tr class="version" data-version="{{ r.version }}">
  <td><a href="{{ base }}/datasets/{{ name|urlencode }}/versions/{{ r.version|urlencode }}">{{ r.version }}</a></td>

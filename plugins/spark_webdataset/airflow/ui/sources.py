@@ -14,12 +14,16 @@ class ConfiguredDataset:
     root: str | None
     config_file: str
     error: str | None = None  # the config could not be loaded
+    retention: dict | None = None  # the config's `retention:` (keep_last, keep_days, min_age), if any
 
 
 def configured_datasets(folder: str | Path | None = None) -> list[ConfiguredDataset]:
     """Every dataset config of the folder (the DAGs' folder by default), in name order; a bad file is a row."""
     loaded = load_folder(Path(folder) if folder is not None else datasets_folder())
-    found = [ConfiguredDataset(c.name, c.root, str(c.path)) for c in loaded.configs]
+    found = [
+        ConfiguredDataset(c.name, c.root, str(c.path), retention=c.retention.model_dump() if c.retention else None)
+        for c in loaded.configs
+    ]
     for error in loaded.errors:
         path = Path(str(getattr(error, "path", folder)))
         found.append(ConfiguredDataset(path.stem, None, str(path), str(error)))

@@ -163,3 +163,20 @@ def choose_shards(uri: str, entries: list[tuple[str, int]], shard: str | None) -
     if not chosen:
         raise NotFound(f"{uri}: the manifest lists no shard {shard!r}")
     return chosen
+
+
+def gc_cost(root: str, retention: dict | None) -> dict:
+    """What gc would free now (reads only): with the config's retention, else the Asset event's default
+    (`keep_last: 1`, gc's min-age). Lists every version directory: shown on a dataset's page, not the overview."""
+    from ...dataset.catalog import gc_would_free
+    from ...dataset.retention import RetentionPolicy
+    from ..pipeline import DEFAULT_COST_POLICY
+
+    if retention:
+        policy = RetentionPolicy(retention["keep_last"], retention.get("keep_days"), retention["min_age"])
+    else:
+        policy = DEFAULT_COST_POLICY
+    try:
+        return {"configured": bool(retention), **gc_would_free(root, policy)}
+    except Exception as error:  # noqa: BLE001 - a cost the page cannot tell is a note, never a failed page
+        return {"configured": bool(retention), "error": f"{type(error).__name__}: {error}"}
