@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from spark_webdataset.storage import storage_for
 from tests.support.file_opens import opened_files
 
 pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent
 
 
 def _write(spark, root: str, version: str, rows: dict[str, str], parent: str | None, change: str | None) -> None:
@@ -49,24 +52,28 @@ def _publish(root: str, version: str) -> None:
 
 
 def _reads_of_every_reader(spark, root: str, version: str) -> dict[str, bytes]:
-    """Each sample's text, read through our reader, open() and (local) webdataset and wids, which
-    must all agree."""
+    """Each sample's text, read through our reader, open(), webdataset and wids (both from the
+    version's shardindex.json; on gs:// webdataset through `pipe:spark-webdataset cat` and wids
+    through the consumer's download handler, no gsutil), which must all agree."""
+    import webdataset as wds
+
+    from spark_webdataset.airflow.consumer import wids_for_gcs
+
     uri = f"{root}/versions/{version}"
     by_spark = {row[0]: bytes(row[1]) for row in spark.read.format("webdataset").load(uri).select("__key__", "txt").collect()}
     samples = spark_webdataset.open(uri)
     by_open = {key: samples.get(key)["txt"] for key in samples.keys()}
     assert by_open == by_spark
-    if not uri.startswith("gs://"):
-        import webdataset as wds
-        import wids
-
-        index = json.loads(Path(uri, "shardindex.json").read_text())
-        urls = [f"{uri}/{entry['url']}" for entry in index["shardlist"]]
-        by_wds = {s["__key__"]: s["txt"] for s in wds.WebDataset(urls, shardshuffle=False)}
-        assert by_wds == by_spark
-        ds = wids.ShardListDataset(f"{uri}/shardindex.json")
-        by_wids = {ds[i]["__key__"]: ds[i][".txt"].encode() for i in range(len(ds))}  # wids decodes .txt
-        assert by_wids == by_spark
+    index = json.loads(storage_for(uri).read_bytes(f"{uri}/shardindex.json"))
+    urls = [f"{root}/versions/{entry['url'][3:]}" if entry["url"].startswith("../") else f"{uri}/{entry['url']}"
+            for entry in index["shardlist"]]  # fmt: skip
+    if uri.startswith("gs://"):
+        urls = [f"pipe:{BIN}/spark-webdataset cat {url}" for url in urls]
+    by_wds = {s["__key__"]: s["txt"] for s in wds.WebDataset(urls, shardshuffle=False)}
+    assert by_wds == by_spark
+    ds = wids_for_gcs().ShardListDataset(f"{uri}/shardindex.json", cache_dir=tempfile.mkdtemp(prefix="wids-"))
+    by_wids = {ds[i]["__key__"]: ds[i][".txt"].encode() for i in range(len(ds))}  # wids decodes .txt
+    assert by_wids == by_spark
     return by_spark
 
 
