@@ -30,7 +30,7 @@ import yaml
 
 from tests.support import compose_stack
 from spark_webdataset.testing.gcs_emulator import free_ports
-from tests.support.helpers import stop_groups
+from tests.support.helpers import stop_groups, unmeasured
 
 REPO = compose_stack.REPO
 DAG_ID = "webdataset__digits"
@@ -134,7 +134,7 @@ def _native_env(name: str, service: dict, addresses: dict[str, str], tmp_path: P
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     )
     Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
-    return env
+    return unmeasured(env)
 
 
 class Stack:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from spark_webdataset.testing.gcs_emulator import free_port
-from tests.support.helpers import stop_groups
+from tests.support.helpers import stop_groups, unmeasured
 
 from tests.support import REPO
 
@@ -77,7 +77,7 @@ def _env(tmp_path: Path, **overrides: str) -> dict:
         SPARK_WEBDATASET_DATASETS=str(tmp_path / "datasets"),
         **overrides,
     )
-    return env
+    return unmeasured(env)
 
 
 def _stat(pid: int) -> tuple[str, int, int] | None:

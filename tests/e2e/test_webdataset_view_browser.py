@@ -25,7 +25,7 @@ import pytest
 
 from spark_webdataset.testing.gcs_emulator import free_port
 from tests.support import REPO
-from tests.support.helpers import stop_groups
+from tests.support.helpers import stop_groups, unmeasured
 from tests.support.webdataset_ui_data import digits_table, published_digits, write_digits_config
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -88,7 +88,7 @@ def airflow_server(tmp_path):
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [str(Path(sys.executable).parent / "airflow"), "standalone"],
-            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            env=unmeasured(env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
     try:
         base = f"http://127.0.0.1:{port}"

@@ -141,6 +141,13 @@ def snapshot_files(folder: Path) -> dict[str, tuple[int, int]]:
     }
 
 
+def unmeasured(env: dict[str, str]) -> dict[str, str]:
+    """`env` for a long-lived Airflow service that coverage must not trace: its scheduler and API loops
+    cost the suite more under the tracer than the lines of ours they run, which in-process tests
+    measure already (coverage's subprocess patch passes COVERAGE_PROCESS_CONFIG down)."""
+    return {name: value for name, value in env.items() if name != "COVERAGE_PROCESS_CONFIG"}
+
+
 def stop_groups(processes: list[subprocess.Popen], seconds: float = 5) -> None:
     """TERM the process groups these processes lead (Airflow services, airflow standalone), then
     KILL the groups still there after `seconds`."""
