@@ -1,5 +1,5 @@
-"""`spark-webdataset`: validate, publish and inspect datasets; check dataset configs; make the demo source;
-stream objects (shards) to stdout; read one sample by key through the sample index."""
+"""`spark-webdataset`: validate, publish and inspect datasets; gc and pin versions; check dataset configs;
+make the demo source; stream objects (shards) to stdout; read one sample by key through the sample index."""
 
 from __future__ import annotations
 
@@ -65,6 +65,37 @@ def _inspect(args: argparse.Namespace) -> int:
     description = describe_root(args.root)
     print(json.dumps(description.as_dict(), indent=1) if args.json else format_description(description))
     return 0
+
+
+def _gc(args: argparse.Namespace) -> int:
+    from .dataset.retention import RetentionPolicy, collect
+
+    policy = RetentionPolicy(args.keep_last, keep_days=args.keep_days, min_age_seconds=args.min_age)
+    report = collect(args.root, policy, dry_run=args.dry_run)
+    print(json.dumps(report.as_dict(), indent=1) if args.json else report.summary())
+    return 0
+
+
+def _pin(args: argparse.Namespace) -> int:
+    from .dataset.retention import pin, unpin
+
+    if args.command == "pin":
+        pin(args.root, args.version, by=args.by, reason=args.reason)
+        print(f"pinned {args.version} in {args.root}: gc keeps it until `spark-webdataset unpin`")
+    else:
+        was = unpin(args.root, args.version)
+        print(f"unpinned {args.version} in {args.root}" if was else f"{args.version} was not pinned in {args.root}")
+    return 0
+
+
+def _duration(text: str) -> float:
+    from .dataset.retention import parse_duration
+    from .errors import BadOption
+
+    try:
+        return parse_duration(text)
+    except BadOption as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _cat(args: argparse.Namespace) -> int:
@@ -178,6 +209,28 @@ def parser() -> argparse.ArgumentParser:
     inspect.add_argument("root")
     inspect.add_argument("--json", action="store_true")
     inspect.set_defaults(run=_inspect)
+
+    gc = commands.add_parser(
+        "gc", help="retire old published versions and remove dead unpublished ones (never LATEST, pins, live jobs)"
+    )
+    gc.add_argument("root")
+    gc.add_argument("--keep-last", type=_positive_int, required=True, metavar="N",
+                    help="keep the newest N published versions (publish order)")
+    gc.add_argument("--keep-days", type=float, metavar="D", help="also keep versions published within D days")
+    gc.add_argument("--min-age", type=_duration, default=24 * 3600.0, metavar="AGE",
+                    help="never touch a version younger than this (24h, 30m, 7d; default 24h)")
+    gc.add_argument("--dry-run", action="store_true", help="show what would go and the bytes freed; change nothing")
+    gc.add_argument("--json", action="store_true")
+    gc.set_defaults(run=_gc)
+
+    for name, what in (("pin", "keep a version through every gc"), ("unpin", "let gc retire a pinned version again")):
+        command = commands.add_parser(name, help=what)
+        command.add_argument("root")
+        command.add_argument("version")
+        if name == "pin":
+            command.add_argument("--by", default=_user(), help="who pins it (default: $USER@host)")
+            command.add_argument("--reason", help="why (recorded in the pin)")
+        command.set_defaults(run=_pin)
 
     datasets = commands.add_parser(
         "datasets", help="check the dataset configs (one DAG each); exit 2 naming file, field, rule of bad ones"

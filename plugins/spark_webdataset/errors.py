@@ -186,6 +186,10 @@ class NotValid(VersionError):
     """Validation found defects in the version."""
 
 
+class RetentionRefused(VersionError):
+    """gc or pin refused: a version that is not there to pin, or a root that is not a dataset."""
+
+
 # -- storage -----------------------------------------------------------------
 
 

@@ -6,6 +6,8 @@ the first that holds:
 
     latest         published, and LATEST names it
     published      a publish record exists (the commit point of publishing)
+    retired        gc retired it (`_RETIRED`, no publish record): what is left is shards that kept
+                   versions reference and their proof, or a removal an interrupted gc's rerun finishes
     sealed         sealed for publishing, no publish record (a publish running, or one that died)
     valid          committed; its validation passed for this very manifest
     invalid        committed; its validation failed
@@ -39,6 +41,7 @@ class VersionState(str, enum.Enum):
 
     LATEST = "latest"
     PUBLISHED = "published"
+    RETIRED = "retired"
     SEALED = "sealed"
     VALID = "valid"
     INVALID = "invalid"
@@ -53,7 +56,7 @@ class VersionState(str, enum.Enum):
     @property
     def committed(self) -> bool:
         """A committed set of shards is there (a manifest)."""
-        return self not in (VersionState.NOT_COMMITTED, VersionState.FOREIGN, VersionState.EMPTY)
+        return self not in (VersionState.RETIRED, VersionState.NOT_COMMITTED, VersionState.FOREIGN, VersionState.EMPTY)
 
 
 # The view's row for a version it could not read (inspect fails instead); not a state of a version.
@@ -218,7 +221,9 @@ def describe_version(
     validation = _validation(report, digest)
     commit_pending = storage.exists(version.journal_uri)
     sealed = manifest is not None and version.is_sealed()  # the seal never comes without a manifest
-    if manifest is not None:
+    if storage.exists(version.retired_uri):
+        state = VersionState.RETIRED
+    elif manifest is not None:
         if sealed:
             state = VersionState.SEALED
         elif validation is None or not validation.current:

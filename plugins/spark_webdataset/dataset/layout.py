@@ -8,9 +8,11 @@
     <root>/versions/<version>/_WEBDATASET          our writer's mark, from the first staged byte on
     <root>/versions/<version>/_staging/<job>/      per-attempt staging of live jobs
     <root>/versions/<version>/_index/              the sample index (one file, replaced at each commit)
+    <root>/versions/<version>/_RETIRED             gc retired it: never published again (retention.py)
     <root>/_published/<version>.json               the commit point: visible iff it exists
     <root>/LATEST                                  newest published version
     <root>/_latest_changes.json                    LATEST set by hand: by whom, when, from what
+    <root>/_pins/<version>                         a pinned version: gc never retires it
 
 Everything else (writer, reader, validate, publish, catalog, jobs, CLI,
 DAGs) asks a `Dataset` or a `Version` for these paths.
@@ -44,9 +46,20 @@ STAGING_DIR = "_staging"
 SAMPLE_INDEX_DIR = "_index"
 COMMIT_LOCK_NAME = "_commit.lock"
 COMMIT_JOURNAL_NAME = "_commit.json"
+RETIRED_NAME = "_RETIRED"  # gc retired the version: publish refuses it, a gc rerun finishes removing it
+PINS_DIR = "_pins"  # ROOT/_pins/<version>: gc never retires a pinned version
 # Files of a version directory that are not shards.
 METADATA_FILES = frozenset(
-    {MANIFEST_NAME, VALIDATION_NAME, SHARD_INDEX_NAME, SEAL_NAME, WRITER_MARK_NAME, COMMIT_LOCK_NAME, COMMIT_JOURNAL_NAME}
+    {
+        MANIFEST_NAME,
+        VALIDATION_NAME,
+        SHARD_INDEX_NAME,
+        SEAL_NAME,
+        WRITER_MARK_NAME,
+        COMMIT_LOCK_NAME,
+        COMMIT_JOURNAL_NAME,
+        RETIRED_NAME,
+    }
 )
 WRITER_MARK = b'{"__kind__": "spark-webdataset-directory-v1"}\n'
 SHARD_PATTERN = "shard-{:06d}.tar"  # contiguous: shard-{000000..000041}.tar works
@@ -327,6 +340,14 @@ class Dataset:
     def record_uri(self, version: str) -> str:
         return self.storage.join(self.root, PUBLISHED_DIR, f"{check_version_id(version)}.json")
 
+    def pin_uri(self, version: str) -> str:
+        return self.storage.join(self.root, PINS_DIR, check_version_id(version))
+
+    def pinned_ids(self) -> list[str]:
+        """Pinned versions (valid ids only)."""
+        names = self.storage.list_sizes(self.storage.join(self.root, PINS_DIR))
+        return sorted(name for name in names if _VERSION_ID.fullmatch(name) and ".." not in name)
+
     def version_ids(self) -> list[str]:
         """Directories under versions/ (valid ids only)."""
         return [
@@ -417,6 +438,10 @@ class Version:
     @property
     def mark_uri(self) -> str:
         return self.path(WRITER_MARK_NAME)
+
+    @property
+    def retired_uri(self) -> str:
+        return self.path(RETIRED_NAME)
 
     @property
     def staging_uri(self) -> str:

@@ -103,6 +103,7 @@ def publish(
         if manifest_bytes is None:
             raise PublishRefused(f"{target.uri}: no {MANIFEST_NAME}; write the version first")
         digest = hashlib.sha256(manifest_bytes).hexdigest()
+        _check_not_retired(target)
         validation = _check_validation(target, digest)
         if not allow_empty and Manifest.from_json(manifest_bytes).samples == 0:
             raise PublishRefused(
@@ -144,6 +145,11 @@ def publish(
         # Another publisher won the race, or our own retried write landed:
         # the record itself says which.
         return _republish(dataset, target, dataset.read_record(version), digest)
+    if storage.exists(target.retired_uri):
+        # gc marks a version retired, then looks for a record; we create the record, then look for the
+        # mark: one of the two sees the other, so gc never deletes the files of a version left published.
+        storage.delete(dataset.record_uri(version))
+        _check_not_retired(target)
     latest = advance_latest(root, version)
     return PublishResult(
         version, target.uri, manifest.samples, len(manifest.shards), manifest.bytes, target.index_uri, False, latest, moment
@@ -184,6 +190,15 @@ def _logical_date(version: str, given: str | datetime.datetime | None) -> str:
     if given:
         return iso_utc(parse_logical_date(given))
     return iso_utc(timestamp_in_id(version) or datetime.datetime.now(datetime.timezone.utc))
+
+
+def _check_not_retired(target: Version) -> None:
+    """gc retired the version (its files are going or gone): it may never become visible again."""
+    if target.storage.exists(target.retired_uri):
+        raise PublishRefused(
+            f"{target.uri}: gc retired this version (it holds {target.retired_uri.rsplit('/', 1)[-1]}); "
+            "its shards are removed or going; write a new version instead"
+        )
 
 
 def _check_validation(target: Version, digest: str) -> dict:

@@ -75,6 +75,28 @@ def _driver_gone(lease: dict) -> bool:
     return stat is None or stat[2] != lease.get("driver_started")
 
 
+def _job_dead(version: Version, job_id: str, now: float) -> tuple[bool, float]:
+    """Whether the job staging under `_staging/<job_id>/` is provably dead (the module's rule), and how long it idled."""
+    storage = version.storage
+    directory = storage.join(version.staging_uri, job_id)
+    newest = storage.newest_modification(directory)
+    lease_path = storage.join(directory, LEASE_NAME)
+    lease = json.loads(storage.read_bytes(lease_path) or b"{}") if storage.exists(lease_path) else None
+    idle = now - newest if newest is not None else float("inf")
+    dead = (
+        idle > STALE_STAGING_SECONDS
+        or (lease is None and idle > ORPHAN_SECONDS)
+        or (lease is not None and _driver_gone(lease))
+    )
+    return dead, idle
+
+
+def live_jobs(version: Version, now: float | None = None) -> list[str]:
+    """Jobs whose staging in `version` is not provably dead: gc leaves such a version alone."""
+    now = time.time() if now is None else now
+    return [job for job in version.storage.list_dirs(version.staging_uri) if not _job_dead(version, job, now)[0]]
+
+
 def remove_staging(version: Version, job_id: str) -> None:
     storage = version.storage
     storage.delete_tree(storage.join(version.staging_uri, job_id))
@@ -90,15 +112,8 @@ def clean_dead_staging(version: Version, own_job_id: str, now: float | None = No
         if job_id == own_job_id:
             continue
         directory = storage.join(version.staging_uri, job_id)
-        newest = storage.newest_modification(directory)
-        lease_path = storage.join(directory, LEASE_NAME)
-        lease = json.loads(storage.read_bytes(lease_path) or b"{}") if storage.exists(lease_path) else None
-        idle = now - newest if newest is not None else float("inf")
-        if (
-            idle > STALE_STAGING_SECONDS
-            or (lease is None and idle > ORPHAN_SECONDS)
-            or (lease is not None and _driver_gone(lease))
-        ):
+        dead, idle = _job_dead(version, job_id, now)
+        if dead:
             log.warning("webdataset: removing the staging of dead job %s (idle %.0f s) in %s", job_id, idle, version.uri)
             storage.delete_tree(directory)
             removed.append(job_id)

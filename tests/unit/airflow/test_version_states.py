@@ -19,7 +19,7 @@ from spark_webdataset.airflow.ui import summary
 from spark_webdataset.airflow.ui.app import create_app
 from spark_webdataset.cli import main as cli
 from spark_webdataset.dataset.catalog import VersionState, describe_root
-from spark_webdataset.dataset.layout import COMMIT_JOURNAL_NAME, SEAL_NAME, WRITER_MARK, WRITER_MARK_NAME
+from spark_webdataset.dataset.layout import COMMIT_JOURNAL_NAME, RETIRED_NAME, SEAL_NAME, WRITER_MARK, WRITER_MARK_NAME
 from spark_webdataset.dataset.publish import SEAL
 from spark_webdataset.dataset.validate import validate_version
 from tests.support.webdataset_ui_data import commit_table, digits_table, published_digits, write_digits_config
@@ -35,6 +35,7 @@ EXPECTED = {
     "20261106T000000Z": "committed",  # never validated
     "20261107T000000Z": "committed",  # validated, then its manifest changed
     "20261108T000000Z": "committed",  # committed, an append's journal pending
+    "20261109T000000Z": "retired",  # gc retired it: its record went, shards a kept child references stay
     "staging": "not committed",  # our writer's mark, no manifest
     "journal": "not committed",  # a first commit's journal, no manifest
     "foreign": "foreign",
@@ -64,6 +65,10 @@ def world(tmp_path_factory) -> dict:
     manifest.write_text(manifest.read_text().replace('"maxShardBytes"', '"maxShardBytes" ', 1))
     pending = commit_table(root, "20261108T000000Z", table)
     (pending / COMMIT_JOURNAL_NAME).write_text("{}")
+    retired = commit_table(root, "20261109T000000Z", table)
+    assert validate_version(str(retired), workers=1).ok
+    (retired / SEAL_NAME).write_bytes(SEAL)
+    (retired / RETIRED_NAME).write_text('{"__kind__": "spark-webdataset-retired-v1", "version": "20261109T000000Z"}\n')
     for name in ("staging", "journal", "foreign", "empty"):
         (root / "versions" / name).mkdir()
     (root / "versions" / "staging" / WRITER_MARK_NAME).write_bytes(WRITER_MARK)
