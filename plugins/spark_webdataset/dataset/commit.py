@@ -534,10 +534,12 @@ def _remove_staging(request: CommitRequest) -> None:
 
 def _first_free_number(base: Manifest | None) -> int:
     """The first shard number that names no shard of the base: after its count and after every
-    number its own shards use (a rewrite or an emptied shard leaves numbers out of the count)."""
+    number its shards use, own or referenced (a rewrite or an emptied shard leaves numbers out of
+    the count; one version never lists two shards of one name, which tools that cache shards by
+    name would confuse)."""
     if base is None:
         return 0
-    used = [shard_number(shard.name) for shard in base.own_shards]
+    used = [shard_number(shard.name) for shard in base.shards]
     return max([len(base.shards), *(number + 1 for number in used if number is not None)])
 
 
