@@ -305,7 +305,7 @@ def flags(parser: argparse.ArgumentParser) -> None:
     add("--keep-last", type=int, default=3, help="retention after the last day")
     add("--stores", default="local,gcs", help="local, gcs (fake-gcs-server), or both")
     add("--gcs-shards", type=int, default=500, help="shards of the first version on the emulator")
-    add("--gcs-days", type=int, default=5, help="days on the emulator")
+    add("--gcs-days", type=int, default=10, help="days on the emulator")
     add("--partitions", type=int, default=2, help="range partitions of a full write")
     add("--cores", type=int, default=2, help="local[N]")
     add("--seed", type=int, default=22)
