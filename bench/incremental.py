@@ -134,14 +134,47 @@ def key_frame(spark: Any, ids: np.ndarray) -> Any:
 # -- storage --------------------------------------------------------------------------------
 
 
-def stored_bytes(uri: str) -> int:
-    """Every byte under `uri` (local: a walk; gs://: the listing, recursively)."""
+def stored_files(uri: str) -> dict[str, int]:
+    """Every file under `uri` by its path relative to `uri`, and its size (local: a walk; gs://: the
+    listing, recursively)."""
     if not uri.startswith("gs://"):
-        return sum(os.path.getsize(os.path.join(r, n)) for r, _, ns in os.walk(uri) for n in ns)
+        return {os.path.relpath(os.path.join(r, n), uri): os.path.getsize(os.path.join(r, n))
+                for r, _, ns in os.walk(uri) for n in ns}  # fmt: skip
     from spark_webdataset.storage import storage_for
 
     storage = storage_for(uri)
-    return sum(storage.list_sizes(uri).values()) + sum(stored_bytes(storage.join(uri, d)) for d in storage.list_dirs(uri))
+    files = dict(storage.list_sizes(uri))
+    for directory in storage.list_dirs(uri):
+        files.update({f"{directory}/{name}": size for name, size in stored_files(storage.join(uri, directory)).items()})
+    return files
+
+
+def stored_bytes(uri: str) -> int:
+    return sum(stored_files(uri).values())
+
+
+KINDS = ("shards", "sample index", "manifest", "validation", "shardindex.json", "other")
+
+
+def kind(path: str) -> str:
+    """What a file under a root is, by its name."""
+    from spark_webdataset.dataset.layout import MANIFEST_NAME, SAMPLE_INDEX_DIR, SHARD_INDEX_NAME, VALIDATION_NAME
+
+    name = path.rsplit("/", 1)[-1]
+    if name.endswith(".tar"):
+        return "shards"
+    if f"/{SAMPLE_INDEX_DIR}/" in f"/{path}":
+        return "sample index"
+    return {MANIFEST_NAME: "manifest", VALIDATION_NAME: "validation", SHARD_INDEX_NAME: "shardindex.json"}.get(name, "other")
+
+
+def written_by_kind(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """Bytes of the files that are new or changed in size since `before` (a rewritten file counts whole)."""
+    kinds = dict.fromkeys(KINDS, 0)
+    for path, size in after.items():
+        if before.get(path) != size:
+            kinds[kind(path)] += size
+    return kinds
 
 
 @dataclass
@@ -178,7 +211,7 @@ def write_version(root: str, version: str, df: Any, spc: int, out: Written, pare
     out.versions.append(version)
 
 
-def day_record(root: str, before: int, out: Written, change_bytes: int) -> dict[str, Any]:
+def day_record(root: str, before: dict[str, int], out: Written, change_bytes: int) -> dict[str, Any]:
     """What a contender's day added under its root, from the listing and its versions' manifests."""
     from spark_webdataset.dataset.layout import Dataset
 
@@ -191,13 +224,14 @@ def day_record(root: str, before: int, out: Written, change_bytes: int) -> dict[
         if "change" in manifest.run:
             changes.append(manifest.run["change"])
         last = manifest
-    written = stored_bytes(root) - before
+    by_kind = written_by_kind(before, stored_files(root))
+    written = sum(by_kind.values())
     summed = {k: sum(c.get(k, 0) for c in changes) for k in ("added", "replaced", "deleted", "shards_rewritten",
                                                              "shards_emptied", "samples_copied")}  # fmt: skip
     return {
         "seconds": round(out.seconds, 4), "our_cpu_s": round(out.cpu, 3), "other_cpu_share": round(out.other, 3),
         "validate_s": round(out.validate_s, 3), "versions": out.versions, "bytes_written": written,
-        "shard_bytes_written": shard_bytes, "other_bytes_written": written - shard_bytes, "own_shards": own,
+        "shard_bytes_written": shard_bytes, "other_bytes_written": written - shard_bytes, "written_by_kind": by_kind, "own_shards": own,
         "change_bytes": change_bytes, "samples": last.samples, "shards": len(last.shards), "dataset_bytes": last.bytes,
         **summed, "changes": changes,
     }  # fmt: skip
@@ -230,7 +264,7 @@ def run_store(spark: Any, store: str, base: str, args: argparse.Namespace) -> tu
     for name in SCENARIOS:
         scenario = scenarios[name]
         write_version(roots[name], "d00", sorted_frame(scenario.ids, scenario.gens, args.partitions), spc, Written())
-    base_record = day_record(roots["clustered"], 0, Written(versions=["d00"]), 0)
+    base_record = day_record(roots["clustered"], {}, Written(versions=["d00"]), 0)
     print(f"{store}: base d00 {base_record['samples']:,} samples in {base_record['shards']:,} shards, "
           f"{base_record['dataset_bytes'] / 1e6:.1f} MB, written twice in {time.perf_counter() - started:.1f} s", flush=True)  # fmt: skip
 
@@ -241,7 +275,7 @@ def run_store(spark: Any, store: str, base: str, args: argparse.Namespace) -> tu
             scenario.plan_day(day, args.new, args.upsert, args.delete)
 
         def prepare(root: str) -> Any:
-            return lambda: state.__setitem__(root, stored_bytes(root))
+            return lambda: state.__setitem__(root, stored_files(root))
 
         def incremental(name: str) -> Any:
             def run() -> dict[str, Any]:
@@ -376,6 +410,10 @@ def notes(cases: list[dict[str, Any]], storage: dict[str, Any], args: argparse.N
                              "rewritten+emptied", "inc shards", "full shards", "job s inc/full", "vs full",
                              "validate s inc/full", "vs full"], rows, left=1)  # fmt: skip
             lines += [f"  {store} {name}:", *("    " + line for line in buffer.getvalue().splitlines())]
+            for who in (f"incremental {name}", "full rebuild"):
+                kinds = {k: np.mean([_rec(c, who)["written_by_kind"][k] for c in days]) for k in KINDS}
+                lines.append(f"    {who}, written a day by kind (mean MB): "
+                             + ", ".join(f"{k} {_mb(v)}" for k, v in kinds.items()))  # fmt: skip
             if name == "clustered":
                 worst = max(ratios["change"])
                 goals.append(f"  {store} clustered: a day writes {mean['change']:.2f}x the change's own bytes on average, "
