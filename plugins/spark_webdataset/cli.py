@@ -62,7 +62,12 @@ def _latest(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from .dataset.catalog import describe_root, format_description
 
-    description = describe_root(args.root)
+    retention = None
+    if args.keep_last is not None:
+        from .dataset.retention import RetentionPolicy
+
+        retention = RetentionPolicy(args.keep_last, keep_days=args.keep_days, min_age_seconds=args.min_age)
+    description = describe_root(args.root, retention)
     print(json.dumps(description.as_dict(), indent=1) if args.json else format_description(description))
     return 0
 
@@ -208,6 +213,9 @@ def parser() -> argparse.ArgumentParser:
     inspect = commands.add_parser("inspect", help="versions of a dataset root, published or not, and LATEST")
     inspect.add_argument("root")
     inspect.add_argument("--json", action="store_true")
+    inspect.add_argument("--keep-last", type=_positive_int, metavar="N", help="also show what `gc --keep-last N` would free")
+    inspect.add_argument("--keep-days", type=float, metavar="D", help="with --keep-last: gc's --keep-days")
+    inspect.add_argument("--min-age", type=_duration, default=24 * 3600.0, metavar="AGE", help="with --keep-last: gc's --min-age")
     inspect.set_defaults(run=_inspect)
 
     gc = commands.add_parser(

@@ -15,13 +15,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_webdataset.dataset.layout import Dataset, WRITER_MARK, WRITER_MARK_NAME, sample_index_path, shard_name
+from spark_webdataset.dataset.layout import WRITER_MARK, Dataset, sample_index_path, shard_name
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.format.encode import encode_column
 from spark_webdataset.format.keys import sort_run
-from spark_webdataset.format.manifest import Manifest
-from spark_webdataset.format.manifest import ShardEntry
+from spark_webdataset.format.manifest import Manifest, ShardEntry
 from spark_webdataset.format.sample_index import INDEX_SCHEMA, TASK_SCHEMA, concat_rows, named_rows, read_index, write_index
 from spark_webdataset.format.shard_writer import ShardWriter
 from spark_webdataset.storage import storage_for

@@ -29,11 +29,14 @@ from __future__ import annotations
 import enum
 import hashlib
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from ..errors import InputError
 from ..format.manifest import Manifest
 from .layout import Dataset, Version, timestamp_in_id, iso_utc, record_order, version_sort_key
+
+if TYPE_CHECKING:
+    from .retention import RetentionPolicy
 
 
 class VersionState(str, enum.Enum):
@@ -172,9 +175,27 @@ class RootDescription:
     root: str
     latest: str | None
     versions: list[VersionDescription]  # oldest first
+    gc: dict | None = None  # what a gc with the asked policy would retire, remove and free (`gc_would_free`)
 
     def as_dict(self) -> dict:
-        return {"root": self.root, "latest": self.latest, "versions": [v.as_dict() for v in self.versions]}
+        described = {"root": self.root, "latest": self.latest, "versions": [v.as_dict() for v in self.versions]}
+        return described if self.gc is None else {**described, "gc": self.gc}
+
+
+def gc_would_free(root: str, policy: "RetentionPolicy") -> dict:
+    """What `gc` with `policy` would do now (reads only): for inspect and the Asset event."""
+    from .retention import plan
+
+    planned = plan(root, policy)
+    return {
+        "keep_last": policy.keep_last,
+        "keep_days": policy.keep_days,
+        "min_age_seconds": policy.min_age_seconds,
+        "retire": planned.retired,
+        "remove": planned.removed_unpublished,
+        "bytes": planned.bytes_freed,
+        "files": len(planned.files_deleted),
+    }
 
 
 def _validation(report: dict | None, manifest_sha256: str | None) -> ValidationSummary | None:
@@ -248,13 +269,15 @@ def describe_version(
     )
 
 
-def describe_root(root: str) -> RootDescription:
-    """Every version of the root (oldest first) and LATEST; InputError where no dataset is."""
+def describe_root(root: str, retention: "RetentionPolicy | None" = None) -> RootDescription:
+    """Every version of the root (oldest first) and LATEST; InputError where no dataset is.
+    `retention`: also what a gc with that policy would free (a plan: it reads every version's files' sizes)."""
     dataset = Dataset(root)
     listing = RootListing.read(dataset)
     if not listing.ids and not listing.records and not dataset.storage.exists(dataset.root):
         raise InputError(f"{root}: no dataset there (no versions/, no published versions)")
-    return RootDescription(dataset.root, listing.latest, listing.describe())
+    gc = None if retention is None else gc_would_free(root, retention)
+    return RootDescription(dataset.root, listing.latest, listing.describe(), gc)
 
 
 def describe(root: str) -> dict:
@@ -288,4 +311,12 @@ def format_description(description: RootDescription | dict) -> str:
         marker = "*" if v["version"] == description["latest"] else " "
         date = v["logical_date"] or "-"
         lines.append(f" {marker} {v['version']:<24} {date:<21} {counts:<48} {state}")
+    gc = description.get("gc")
+    if gc is not None:
+        going = [f"retire {', '.join(gc['retire'])}"] if gc["retire"] else []
+        going += [f"remove {', '.join(gc['remove'])}"] if gc["remove"] else []
+        lines.append(
+            f"gc --keep-last {gc['keep_last']} would free {format_size(gc['bytes'])} in {gc['files']} file(s)"
+            + (f": {'; '.join(going)}" if going else "")
+        )
     return "\n".join(lines)

@@ -146,9 +146,21 @@ class _Removal:
     published: bool
     stored: bool  # it has a directory (a record may outlive one)
     record_bytes: int
-    files: dict[str, int]  # relative path -> size, in the order they go
+    listing: dict[str, int]  # every file of its directory: relative path -> size
     directories: list[str]  # below the version directory, deepest first (local disk removes them empty)
-    whole: bool  # nothing of it stays
+    held: list[str]  # its shards that kept versions reference: they stay, with PROOF_FILES
+
+    @property
+    def whole(self) -> bool:
+        """Nothing of it stays."""
+        return not self.held
+
+    @property
+    def files(self) -> dict[str, int]:
+        """What goes, in the order it goes."""
+        stays = set(self.held) | set(PROOF_FILES) if self.held else set()
+        ordered = sorted(self.listing.items(), key=lambda item: _deletion_rank(item[0]))
+        return {path: size for path, size in ordered if path not in stays}
 
 
 def _epoch(moment: float | datetime.datetime | None) -> float:
@@ -262,19 +274,16 @@ def _plan(root: str, policy: RetentionPolicy, now: float) -> tuple[GcReport, lis
     for version_id in going:
         version = dataset.version(version_id)
         files, subdirectories = _listing(storage, version.uri) if version_id in directories else ({}, [])
-        held = sorted(needed.get(version_id, set()) & set(files))
-        stays = set(held) | set(PROOF_FILES) if held else set()
-        doomed = {path: size for path, size in sorted(files.items(), key=lambda item: _deletion_rank(item[0]))
-                  if path not in stays}  # fmt: skip
         published = version_id in records
-        if held:
-            report.still_referenced[version_id] = held
-        if not published and not doomed and held:
-            continue  # retired earlier, and what is left is held by kept versions: nothing to do
         removal = _Removal(
             version_id, published, version_id in directories, record_sizes.get(f"{version_id}.json", 0) if published else 0,
-            doomed, subdirectories, whole=not held,
+            files, subdirectories, sorted(needed.get(version_id, set()) & set(files)),
         )  # fmt: skip
+        doomed = removal.files
+        if removal.held:
+            report.still_referenced[version_id] = removal.held
+        if not published and not doomed and removal.held:
+            continue  # retired earlier, and what is left is held by kept versions: nothing to do
         removals.append(removal)
         (report.retired if published or version_id in marked else report.removed_unpublished).append(version_id)
         if published:
@@ -305,6 +314,12 @@ def collect(
     going = [removal for removal in removals if _retire(dataset, removal, report)]
     for removal in going:
         (report.retired if removal.version in planned.retired else report.removed_unpublished).append(removal.version)
+    if len(going) < len(removals):  # kept after all (LATEST set back, pinned): what it references stays too
+        needed = _referenced(dataset, report.kept, dataset.version_ids())
+        for removal in going:
+            removal.held = sorted(needed.get(removal.version, set()) & set(removal.listing))
+            if removal.held:
+                planned.still_referenced[removal.version] = removal.held
     for removal in going:
         _delete_files(dataset, removal, report)
     report.still_referenced = planned.still_referenced

@@ -172,7 +172,14 @@ def test_dry_run_changes_no_byte_and_plans_what_gc_then_frees(root) -> None:
     )  # fmt: skip
     assert cli.returncode == 0, cli.stderr
     assert "would free" in cli.stdout and " retired  v1" in cli.stdout
-    assert state() == before and sorted(root.rglob("*")) == sorted(root.rglob("*"))
+    described = describe_root(str(root), KEEP_TWO)  # inspect --keep-last: "what gc would free"
+    assert described.gc["retire"] == ["v1", "v2", "v3"] and described.gc["bytes"] == planned.bytes_freed
+    inspected = subprocess.run(
+        [sys.executable, "-m", "spark_webdataset.cli", "inspect", str(root), "--keep-last", "2", "--min-age", "0"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "gc --keep-last 2 would free" in inspected.stdout and "retire v1, v2, v3; remove tmp-broken, tmp-dead" in inspected.stdout
+    assert state() == before
     assert planned.dry_run and planned.retired == ["v1", "v2", "v3"] and planned.bytes_freed > 0
     done = collect(str(root), KEEP_TWO)
     assert done.bytes_freed == planned.bytes_freed
@@ -278,3 +285,33 @@ def test_the_cli_pins_unpins_and_refuses_bad_policies(root) -> None:
     with pytest.raises(BadOption):
         RetentionPolicy(keep_last=0)
     assert parse_duration("90m") == 5400 and parse_duration("7d") == 7 * 86400 and parse_duration("30") == 30
+
+
+def test_a_version_kept_while_gc_runs_keeps_the_shards_it_references(tmp_path) -> None:
+    root = tmp_path / "ds"
+    publish_version(str(root), "v1", 0, 10, logical_date="2026-10-01T00:00:00Z")
+    publish_version(str(root), "w1", 100, 20, logical_date="2026-11-01T00:00:00Z")
+    publish_version(str(root), "w2", 200, 20, parent="w1", logical_date="2026-11-02T00:00:00Z")
+    publish_version(str(root), "w3", 300, 20, logical_date="2026-11-03T00:00:00Z")  # a full build: no parent
+    w2_before = samples(root / "versions" / "w2")
+    # planned: keep w3, retire v1, w1, w2; once v1 is marked, LATEST is set back to w2 by hand
+    faults.install("gc:marked", lambda: set_latest(str(root), "w2", by="test"))
+    report = collect(str(root), RetentionPolicy(keep_last=1, min_age_seconds=0))
+    assert report.retired == ["v1", "w1"] and "latest or pinned while gc ran" in report.kept["w2"]
+    assert Dataset(str(root)).published_ids() == ["w2", "w3"]
+    held = referenced_from(root, "w2", "w1")
+    assert held and set(os.listdir(root / "versions" / "w1")) == held | set(PROOF_FILES)
+    assert samples(root) == w2_before  # LATEST = w2 reads every sample, w1's shards included
+
+
+def test_a_publish_racing_gc_over_an_unpublished_version_loses_and_leaves_no_record(tmp_path) -> None:
+    root = tmp_path / "ds"
+    publish_version(str(root), "v1", 0, 10)
+    commit_version(str(root), "v2", 100, 10)
+    version = Dataset(str(root)).version("v2")
+    assert validate_version(version.uri, workers=1).ok
+    # gc marks v2 after publish checked for the mark and before publish creates its record
+    faults.install("publish:recording", lambda: Path(version.retired_uri).write_text("{}"))
+    with pytest.raises(PublishRefused, match="gc retired this version"):
+        publish(str(root), "v2")
+    assert not version.is_published() and Dataset(str(root)).read_latest() == "v1"
