@@ -378,9 +378,9 @@ def _mb(n: float) -> str:
 
 
 def notes(cases: list[dict[str, Any]], storage: dict[str, Any], args: argparse.Namespace) -> list[str]:
-    from harness import print_table
     import io
-    import contextlib as ctx
+
+    from harness import print_table
 
     lines = ["", "per day (MB = 10^6 B; 'x change' = bytes written / the change's own bytes, new + upserted "
              "samples' tar bytes; shards-only counts the tars alone; 'vs full' = incremental / full rebuild):"]  # fmt: skip
@@ -405,7 +405,7 @@ def notes(cases: list[dict[str, Any]], storage: dict[str, Any], args: argparse.N
             rows.append(["mean", "", "", "", f"{mean['bytes']:.3f}", f"{mean['change']:.2f}", f"{mean['shards_change']:.2f}",
                          "", "", "", "", f"{mean['job']:.2f}", "", f"{mean['validate']:.3f}"])  # fmt: skip
             buffer = io.StringIO()
-            with ctx.redirect_stdout(buffer):
+            with contextlib.redirect_stdout(buffer):
                 print_table(["day", "change MB", "inc MB", "full MB", "vs full", "x change", "shards-only x",
                              "rewritten+emptied", "inc shards", "full shards", "job s inc/full", "vs full",
                              "validate s inc/full", "vs full"], rows, left=1)  # fmt: skip
