@@ -21,7 +21,7 @@ import json
 import os
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -331,36 +331,46 @@ def _check_totals(document: dict, manifest: Manifest, report: ValidationReport) 
 def _check_references(version: Version, manifest: Manifest, report: ValidationReport) -> list[dict]:
     """Shards referenced from a parent, proven unchanged without reading them: each one's size (the
     listing) and crc32c (its own version's validation report, and on gs:// the object's) must be
-    what the manifest says. An error names the shard and the version that stores it."""
+    what the manifest says. An error names the shard and the version that stores it. One listing
+    and one report read a version that stores some, `rename_threads` versions at a time (a long
+    chain of versions is many round trips on an object store)."""
     by_version: dict[str, list] = {}
     for shard in manifest.shards:
         if shard.version is not None:
             by_version.setdefault(shard.version, []).append(shard)
+    if by_version and version.dataset is None:
+        report.add_error(f"references shards of versions {sorted(by_version)} but is not inside a dataset root")
+        return []
+    dataset = version.dataset
+
+    def evidence(stored_in: str) -> tuple[dict, dict]:
+        holder = dataset.version(stored_in)
+        checked = {row.get("name"): row for row in (holder.read_validation() or {}).get("shards", [])}
+        return holder.storage.objects(holder.uri), checked
+
+    threads = max(1, min(version.storage.rename_threads, len(by_version)))
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="webdataset-references") as pool:
+        found_by_version = dict(zip(sorted(by_version), pool.map(evidence, sorted(by_version))))
     results = []
     for stored_in, shards in sorted(by_version.items()):
-        if version.dataset is None:
-            report.add_error(f"references shards of version {stored_in!r} but is not inside a dataset root")
-            continue
-        holder = version.dataset.version(stored_in)
-        storage = holder.storage
-        sizes = storage.list_sizes(holder.uri)
-        now = storage.identities(holder.uri)
-        server = storage.crc32c_below(holder.uri) or {}
-        checked = {row.get("name"): row for row in (holder.read_validation() or {}).get("shards", [])}
+        stored, checked = found_by_version[stored_in]
         for shard in shards:
             where = f"shard {shard.name} of version {stored_in}"
             found = checked.get(shard.name) or {}
+            listed = stored.get(shard.name)
             problems = []
-            if sizes.get(shard.name) != shard.bytes:
-                problems.append(f"{where} is {sizes.get(shard.name)} bytes on storage, the manifest says {shard.bytes}")
+            if listed is None or listed.size != shard.bytes:
+                size = None if listed is None else listed.size
+                problems.append(f"{where} is {size} bytes on storage, the manifest says {shard.bytes}")
             if found.get("crc32c") != shard.crc32c or not found.get("ok", False):
                 problems.append(f"{where}: its version's validation has crc32c {found.get('crc32c')} (ok: "
                                 f"{found.get('ok')}), the manifest says {shard.crc32c}")
             # (a report written before reports recorded identities proves size and crc32c only)
-            if found.get("identity") is not None and _as_json(now.get(shard.name)) != found["identity"]:
+            identity = None if listed is None else _as_json(listed.identity)
+            if found.get("identity") is not None and identity != found["identity"]:
                 problems.append(f"{where} was rewritten after its version was validated")
-            if shard.name in server and server[shard.name] != shard.crc32c:
-                problems.append(f"{where} has crc32c {server[shard.name]} on the server, the manifest says {shard.crc32c}")
+            if listed is not None and listed.crc32c is not None and listed.crc32c != shard.crc32c:
+                problems.append(f"{where} has crc32c {listed.crc32c} on the server, the manifest says {shard.crc32c}")
             for problem in problems:
                 report.add_error(f"referenced {problem}: it changed after it was published", shard.location)
             results.append({

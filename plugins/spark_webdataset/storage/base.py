@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import io
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import BinaryIO
 
 
 from ..errors import PreconditionFailed, StorageError
 
-__all__ = ["PreconditionFailed", "Storage", "StorageError"]
+__all__ = ["PreconditionFailed", "Storage", "StorageError", "StoredObject"]
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """What a listing says of one object: its size, its identity (`identities`) and the server's
+    crc32c (None where the store keeps none)."""
+
+    size: int
+    identity: object
+    crc32c: str | None = None
 
 
 class Storage(ABC):
@@ -96,6 +107,15 @@ class Storage(ABC):
         relative to it, as GCS reports it (base64 of the big-endian value); None if this storage
         keeps none (local files: checking them would mean reading every byte again)."""
         return None
+
+    def objects(self, directory: str) -> dict[str, StoredObject]:
+        """Every object one level below `directory` with its size, identity and crc32c: one listing
+        where the store gives all three (GCS), three calls otherwise."""
+        identities = self.identities(directory)
+        crcs = self.crc32c_below(directory) or {}
+        return {
+            name: StoredObject(size, identities.get(name), crcs.get(name)) for name, size in self.list_sizes(directory).items()
+        }
 
     def read_bytes(self, path: str) -> bytes:
         with self.open_read(path) as stream:

@@ -16,7 +16,7 @@ import os
 from typing import BinaryIO
 
 from ..errors import MissingCredentials, PreconditionFailed, StorageError
-from .base import Storage
+from .base import Storage, StoredObject
 
 # Resumable upload chunk. A task's worker holds about two (BlobWriter's buffer, the chunk copy it
 # sends): 16 MiB put a worker writing 1 MiB samples at ~320 MiB to gs:// against ~265 MiB to local
@@ -146,6 +146,14 @@ class GCSStorage(Storage):
     def list_sizes(self, directory: str) -> dict[str, int]:
         blobs, prefix = self._list(directory)
         return {blob.name[len(prefix) :]: blob.size for blob in blobs if blob.name != prefix}
+
+    def objects(self, directory: str) -> dict[str, StoredObject]:
+        blobs, prefix = self._list(directory)
+        return {
+            blob.name[len(prefix) :]: StoredObject(blob.size, blob.generation, blob.crc32c)
+            for blob in blobs
+            if blob.name != prefix
+        }
 
     def list_dirs(self, directory: str) -> list[str]:
         blobs, prefix = self._list(directory)
