@@ -38,9 +38,9 @@ def _write(spark, root: str, version: str, rows: dict[str, str], parent: str | N
     writer.mode("overwrite").save(f"{root}/versions/{version}")
 
 
-def _delete(spark, root: str, version: str, keys: list[str], parent: str) -> None:
+def _delete(spark, root: str, version: str, keys: list[str], parent: str, mode: str = "overwrite") -> None:
     frame = spark.createDataFrame([(key,) for key in keys], "__key__ string").repartition(2)
-    frame.write.format("webdataset").option("parent", parent).option("change", "delete").mode("overwrite").save(
+    frame.write.format("webdataset").option("parent", parent).option("change", "delete").mode(mode).save(
         f"{root}/versions/{version}"
     )
 
@@ -223,3 +223,18 @@ def test_a_delete_of_every_sample_of_a_shard_drops_the_shard_and_names_continue_
     assert [s.location for s in m3.shards] == ["shard-000005.tar", "../v1/shard-000002.tar", "shard-000004.tar"]
     wanted = {f"k{i:04d}": f"text {i}".encode() for i in [*range(2, 20), *range(40, 60)]}
     assert _reads_of_every_reader(spark, root, "v3") == {**wanted, "k0001": b"new", "k0500": b"added"}
+
+
+def test_a_days_upsert_and_delete_are_two_commits_of_one_version(spark, tmp_path) -> None:
+    root = str(tmp_path / "data")
+    _write(spark, root, "v1", {f"k{i:04d}": f"text {i}" for i in range(60)}, None, None)
+    _publish(root, "v1")
+    _write(spark, root, "v2", {"k0005": "new 5", "k0070": "added"}, "v1", "upsert")
+    _delete(spark, root, "v2", ["k0006", "k0045"], "v1", mode="append")  # the same parent: onto v2's first commit
+    _publish(root, "v2")
+    _, m2 = Dataset(root).published("v2")
+    assert m2.parent == "v1" and m2.run["commits"] == 2 and m2.run["change"]["deleted"] == 2
+    stored = sorted(p.name for p in Path(root, "versions", "v2").glob("*.tar"))
+    assert stored == sorted(s.name for s in m2.own_shards)  # the first commit's rewrite, rewritten again, is gone
+    wanted = {f"k{i:04d}": f"text {i}".encode() for i in range(60) if i not in (5, 6, 45)}
+    assert _reads_of_every_reader(spark, root, "v2") == {**wanted, "k0005": b"new 5", "k0070": b"added"}
