@@ -228,8 +228,7 @@ def day_record(root: str, before: dict[str, int], out: Written, change_bytes: in
         _, manifest = dataset.published(version)
         shard_bytes += sum(s.bytes for s in manifest.own_shards)
         own += len(manifest.own_shards)
-        if "change" in manifest.run:
-            changes.append(manifest.run["change"])
+        changes += manifest.run.get("changes", [])
         last = manifest
     by_kind = written_by_kind(before, stored_files(root))
     written = sum(by_kind.values())
@@ -342,7 +341,7 @@ def flags(parser: argparse.ArgumentParser) -> None:
     add("--stores", default="local,gcs", help="local, gcs (fake-gcs-server), or both")
     add("--gcs-shards", type=int, default=500, help="shards of the first version on the emulator")
     add("--gcs-days", type=int, default=10, help="days on the emulator")
-    add("--partitions", type=int, default=2, help="range partitions of a full write")
+    add("--partitions", type=int, default=16, help="range partitions of a full write")
     add("--cores", type=int, default=2, help="local[N]")
     add("--seed", type=int, default=22)
 
@@ -356,7 +355,7 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
     cases: list[dict[str, Any]] = []
     storage: dict[str, Any] = {}
     with emulator(BUCKET) if "gcs" in stores else contextlib.nullcontext():
-        spark = start_spark(args.cores, os.path.join(workdir, "spark-local"),
+        spark = start_spark(args.cores, os.path.join(workdir, "spark-local"), driver_memory="6g",
                             confs={"spark.sql.execution.arrow.pyspark.enabled": "true"})  # fmt: skip
         try:
             for store in stores:

@@ -234,6 +234,9 @@ def test_a_days_upsert_and_delete_are_two_commits_of_one_version(spark, tmp_path
     _publish(root, "v2")
     _, m2 = Dataset(root).published("v2")
     assert m2.parent == "v1" and m2.run["commits"] == 2 and m2.run["change"]["deleted"] == 2
+    assert [(c["change"], c["replaced"], c["added"], c["deleted"]) for c in m2.run["changes"]] == [
+        ("upsert", 1, 1, 0), ("delete", 0, 0, 2)
+    ]
     stored = sorted(p.name for p in Path(root, "versions", "v2").glob("*.tar"))
     assert stored == sorted(s.name for s in m2.own_shards)  # the first commit's rewrite, rewritten again, is gone
     wanted = {f"k{i:04d}": f"text {i}".encode() for i in range(60) if i not in (5, 6, 45)}

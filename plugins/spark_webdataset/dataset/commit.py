@@ -695,14 +695,20 @@ def _plan(
             "oversize_samples": list(previous_run.get("oversize_samples", []))
             + [shard.first_key for message in messages for shard in message.shards if shard.oversize],
             **({STREAMS_KEY: streams} if streams else {}),
-            **({"change": change.summary(sum(e.samples for e in entries) - _replaced(change))} if change else {}),
+            **_change_record(previous_run, change, entries),
         },
     )
     return Journal(request.job_id, request.overwrite, renames, manifest.to_json(), base)
 
 
-def _replaced(change: ChangePlan) -> int:
-    return len(change.removed_keys) if change.kind != DELETE else 0
+def _change_record(previous_run: dict[str, Any], change: ChangePlan | None, entries: list[ShardEntry]) -> dict[str, Any]:
+    """The run section's `change` (this commit's) and `changes` (every change commit of the version,
+    in order: a day's upsert and delete may be two commits of one version)."""
+    if change is None:
+        return {key: previous_run[key] for key in ("change", "changes") if key in previous_run}
+    replaced = len(change.removed_keys) if change.kind != DELETE else 0
+    summary = change.summary(sum(entry.samples for entry in entries) - replaced)
+    return {"change": summary, "changes": [*previous_run.get("changes", []), summary]}
 
 
 def _check_uploads(version: Version, messages: list[StagedAttempt], journal: Journal) -> None:

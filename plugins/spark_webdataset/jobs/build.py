@@ -260,7 +260,7 @@ def _delete(args: argparse.Namespace, version, keys_df: "DataFrame", started: fl
     from ..spark.options import WriteOptions
 
     options = WriteOptions(path=version.uri, parent=args.parent, change=DELETE)
-    keys_df.write.format("webdataset").options(**options.spark_options()).mode("overwrite").save(version.uri)
+    keys_df.write.format("webdataset").options(**options.spark_options()).mode(args.mode).save(version.uri)
     seconds = time.monotonic() - started
     manifest = version.read_manifest()
     assert manifest is not None
