@@ -4,6 +4,11 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# pytest-xdist workers, one per core: a single process left the CPU idle ~45% of the
+# suite's wall time (waits on spark-submit, Airflow, the emulator). Modules stay whole on
+# one worker (loadscope), so module fixtures start once; each worker has its own
+# SparkSession and Airflow home.
+TEST_WORKERS ?= 2
 
 .PHONY: env run test bench clean
 
@@ -26,7 +31,7 @@ run: env
 test: env
 	scripts/ensure_browser.sh  # chromium + chromedriver for the WebDataset view's browser test
 	scripts/ensure_postgres.sh  # PostgreSQL for the compose stack's native test (tests/e2e/test_airflow_postgres.py)
-	source scripts/airflow_env.sh && $(PY) -m pytest -ra --durations=15 --cov --cov-report=term $(PYTEST_ARGS)
+	source scripts/airflow_env.sh && $(PY) -m pytest -ra --durations=15 -n $(TEST_WORKERS) --dist loadscope --cov --cov-report=term $(PYTEST_ARGS)
 
 bench: env  # every bench/*.py but the harness; each prints a table, writes bench/results/<name>.json (BENCH_ARGS=--quick: smoke run)
 	source scripts/airflow_env.sh && for b in $(filter-out bench/harness.py,$(sort $(wildcard bench/*.py))); do \

@@ -1,4 +1,9 @@
-"""One SparkSession for the session: local[2,2] (2 cores; 2 attempts a task: one retry shows)."""
+"""One SparkSession and one Airflow home per test process: local[2,2] (2 attempts a task: one retry shows).
+
+`make test` runs two pytest-xdist workers (loadscope: a module stays on one worker), each with
+its own session, Airflow home, faults file and emulator; nothing here is shared between them but
+the migrated-database cache, which is replaced atomically.
+"""
 
 from __future__ import annotations
 
