@@ -179,7 +179,7 @@ def test_a_stale_journal_is_discarded_not_applied(tmp_path) -> None:
     """A journal planned against a manifest that is gone (its committer froze before writing it,
     then wrote it late) is never applied by the next committer."""
     from spark_webdataset.dataset.lock import CommitLock
-    from spark_webdataset.dataset.commit import Journal, roll_forward
+    from spark_webdataset.dataset.journal import Journal, roll_forward
 
     version = Dataset(str(tmp_path / "ds")).version("v1")
     commit_samples(version.uri, "p", 20)
@@ -251,7 +251,7 @@ def test_a_taken_journal_slot_is_never_overwritten(tmp_path) -> None:
 
     version = Dataset(str(tmp_path / "ds")).version("v1")
     commit_samples(version.uri, "p", 20)
-    from spark_webdataset.dataset.commit import Journal
+    from spark_webdataset.dataset.journal import Journal
 
     theirs = Journal("theirs", False, [], version.storage.read_bytes(version.manifest_uri)).to_json()
     faults.install("commit:planned", lambda: version.storage.write_atomic(version.journal_uri, theirs))

@@ -26,339 +26,52 @@ between a check and one write is harmless by construction:
 A committer that finds its commit finished by another's roll forward
 reports success. An overwrite removes the manifest before its renames,
 so readers see the old set, the new set, or "not committed", never a mix.
+
+Here: the request, the plan and the order of the steps. The journal and how it is applied
+(renames, sweep, manifest swap, roll forward) are in `journal.py`; the index merge of (3) in
+`index_merge.py`; a change's plan and rewrites in `changes.py`.
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import datetime
-import enum
-import hashlib
-import itertools
-import json
 import logging
-import os
-import shutil
-import tempfile
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
-from .changes import APPEND, DELETE, ChangePlan, plan_change, rewrite_shards, unique_keys
-from .lock import DEFAULT_LEASE_SECONDS, CommitLock
 from ..errors import (
     ChecksumMismatch,
     ConcurrentCommit,
-    DuplicateKey,
     FieldMismatch,
     LostCommitLock,
     NoSampleIndex,
     NotCommitted,
     PreconditionFailed,
 )
-from ..format.keys import first_duplicate_in_blocks, merge_blocks
 from ..format.manifest import Manifest, ShardEntry
+from ..format.shard_writer import ShardInfo
+from ..testing import faults
+from .changes import APPEND, DELETE, ChangePlan, plan_change, rewrite_shards, unique_keys
+from .index_merge import merge_index, task_index_rows, task_keys, version_index_rows
+from .journal import Journal, apply, digest, has_landed, journal_job, roll_forward
 from .layout import (
     Version,
     _normalized,
-    is_shard_name,
     sample_index_path,
-    shard_number,
     sample_index_serial,
     shard_name,
+    shard_number,
     staged_sample_index_name,
     staged_shard_name,
 )
-from ..format.shard_writer import ShardInfo
-from ..testing import faults
+from .lock import DEFAULT_LEASE_SECONDS, CommitLock
 from .staging import remove_staging
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger(__name__)
-JOURNAL_KIND = "spark-webdataset-commit-journal-v2"
-LEGACY_JOURNAL_KIND = "spark-webdataset-commit-journal-v1"  # no base digest: applied as before
-
-
-def _task_keys(version: Version, path: str) -> "pa.Array":
-    """A task's keys, from its index rows."""
-    import pyarrow as pa
-
-    with version.storage.open_read(path) as stream:
-        table = pa.ipc.open_stream(stream).read_all()
-    return table.column(0).combine_chunks()
-
-
-def _task_index_rows(version: Version, path: str, names: list[str]) -> Iterator["pa.RecordBatch"]:
-    """A task's sorted index rows, its shard numbers turned into the shards' final names."""
-    import pyarrow as pa
-
-    from ..format.sample_index import MERGE_SCHEMA, named_rows
-
-    shard_names = pa.array(names, pa.string())
-    with version.storage.open_read(path) as stream:
-        for batch in pa.ipc.open_stream(stream):
-            yield named_rows(batch, shard_names).cast(MERGE_SCHEMA)
-
-
-def _version_index_rows(version: Version, path: str, parent: str | None = None) -> Iterator["pa.RecordBatch"]:
-    """A version's index rows; read from a `parent`, its own shards' locations become references."""
-    import pyarrow.compute as pc
-
-    from ..format.sample_index import MERGE_SCHEMA, index_block_rows
-
-    with version.storage.open_read(path) as stream:
-        for batch in index_block_rows(stream):
-            batch = batch.cast(MERGE_SCHEMA)
-            if parent is not None:
-                shards = batch.column(1)
-                own = pc.invert(pc.starts_with(shards, "../"))
-                referenced = pc.if_else(own, pc.binary_join_element_wise(f"../{parent}/", shards, ""), shards)
-                batch = batch.set_column(1, "shard", referenced)
-            yield batch
-
-
-def _digest(data: bytes | None) -> str | None:
-    return None if data is None else hashlib.sha256(data).hexdigest()
-
-
-@dataclass
-class Journal:
-    """What a decided commit does; applying it twice does it once."""
-
-    job_id: str
-    overwrite: bool
-    renames: list[tuple[str, str]]  # staged path -> final name, relative to the version directory
-    manifest: bytes
-    base: str | None = None  # sha256 of the manifest it was planned against; None: there was none
-    legacy: bool = False  # a v1 journal (no base): trusted, as v1 committers did
-
-    def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "__kind__": JOURNAL_KIND,
-                "job_id": self.job_id,
-                "overwrite": self.overwrite,
-                "base": self.base,
-                "renames": self.renames,
-                "manifest": base64.b64encode(self.manifest).decode(),
-            }
-        ).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> "Journal":
-        document = json.loads(data)
-        return cls(
-            job_id=document["job_id"],
-            overwrite=document["overwrite"],
-            renames=[tuple(pair) for pair in document["renames"]],  # type: ignore[misc]
-            manifest=base64.b64decode(document["manifest"]),
-            base=document.get("base"),
-            legacy=document.get("__kind__") == LEGACY_JOURNAL_KIND,
-        )
-
-    def new_shards(self) -> list[ShardEntry]:
-        """The manifest entries of the shards this journal renames into place."""
-        targets = {final for _, final in self.renames}
-        return [shard for shard in Manifest.from_json(self.manifest).own_shards if shard.name in targets]
-
-
-class JournalState(enum.Enum):
-    PENDING = "pending"  # the manifest is the one it was planned against: apply it
-    LANDED = "landed"  # its manifest is in place, or later commits built on it
-    STALE = "stale"  # planned against a manifest that is gone: never apply it
-
-
-def journal_state(journal: Journal, current: bytes | None) -> JournalState:
-    digest = _digest(current)
-    if digest == _digest(journal.manifest):
-        return JournalState.LANDED
-    if journal.legacy or digest == journal.base:
-        return JournalState.PENDING
-    if current is None and journal.overwrite and journal.base is not None:
-        return JournalState.PENDING  # its own first step removed the manifest it replaces
-    if current is not None and _built_on(Manifest.from_json(current), journal):
-        return JournalState.LANDED
-    return JournalState.STALE
-
-
-def _built_on(current: Manifest, journal: Journal) -> bool:
-    """The current manifest holds every shard the journal committed (later commits appended to it)."""
-    new = journal.new_shards()
-    if not new:
-        return current.run.get("job_id") == journal.job_id
-    listed = set(current.shards)
-    return all(shard in listed for shard in new)
-
-
-def roll_forward(version: Version, lock: CommitLock) -> bool:
-    """Settle a journal an earlier commit left: finish it if it still applies (True), discard it
-    if it is stale or the version is sealed (a stray of a committer that lost its lock)."""
-    storage = version.storage
-    data, token = storage.read_versioned(version.journal_uri)
-    if data is None:
-        return False
-    journal = Journal.from_json(data)
-    current, _ = version.read_manifest_bytes()
-    state = journal_state(journal, current)
-    if state is JournalState.STALE or (state is JournalState.PENDING and version.is_sealed()):
-        log.warning(
-            "webdataset: discarding the journal of job %s in %s: %s", journal.job_id, version.uri,
-            "the version is sealed" if state is JournalState.PENDING else "it was planned against another manifest",
-        )
-        storage.delete_if(version.journal_uri, token)
-        return False
-    log.warning("webdataset: finishing the interrupted commit of job %s in %s", journal.job_id, version.uri)
-    _apply(version, journal, token, lock)
-    # Its job lost the lock we hold: what its staging still holds goes too.
-    storage.delete_tree(storage.join(version.staging_uri, journal.job_id))
-    storage.remove_empty_dir(version.staging_uri)
-    return True
-
-
-def journal_job(version: Version) -> str | None:
-    """The job whose decided commit is pending in this version, if any."""
-    data, _ = version.storage.read_versioned(version.journal_uri)
-    return None if data is None else Journal.from_json(data).job_id
-
-
-def _apply(version: Version, journal: Journal, token: object, lock: CommitLock) -> None:
-    """Apply a claimed journal (`token`: the journal object's); ConcurrentCommit if it is stale."""
-    storage = version.storage
-    current, manifest_token = version.read_manifest_bytes()
-    state = journal_state(journal, current)
-    if state is JournalState.STALE:
-        storage.delete_if(version.journal_uri, token)
-        raise ConcurrentCommit(
-            f"{version.uri}: the manifest changed after job {journal.job_id} planned its commit; nothing of it was applied"
-        )
-    if state is JournalState.PENDING:
-        lock.check()
-        if journal.overwrite and current is not None:
-            # From here until the new manifest lands the directory is "not committed".
-            if not storage.delete_if(version.manifest_uri, manifest_token):
-                raise ConcurrentCommit(f"{version.uri}: the manifest changed during the commit")
-        _sweep(version, journal, lock)
-        _rename_all(version, journal, lock)
-        faults.point("commit:renamed")
-        lock.check()
-        _swap_manifest(version, journal)
-    faults.point("commit:manifest-written")
-    storage.delete_if(version.journal_uri, token)
-
-
-def _swap_manifest(version: Version, journal: Journal) -> None:
-    """The journal's manifest in place of the one it was planned against, by compare-and-swap."""
-    storage = version.storage
-    current, token = version.read_manifest_bytes()
-    state = journal_state(journal, current)
-    if state is JournalState.PENDING:
-        faults.point("commit:swapping")  # a test moves the manifest here: the swap below must lose
-        if current is None:
-            try:
-                storage.create_only(version.manifest_uri, journal.manifest)
-                return
-            except PreconditionFailed:
-                pass
-        elif storage.replace_if(version.manifest_uri, journal.manifest, token):
-            return
-        current, _ = version.read_manifest_bytes()
-        state = journal_state(journal, current)
-    if state is not JournalState.LANDED:
-        raise ConcurrentCommit(f"{version.uri}: the manifest changed during the commit of job {journal.job_id}")
-
-
-def _sweep(version: Version, journal: Journal, lock: CommitLock) -> None:
-    """Remove what the journal's manifest will not list: shards an overwrite replaces, leftovers of
-    commits that never finished, key runs no longer needed. Each object goes only if it is still
-    the one listed (after a lease check), so a committer that froze here removes nothing newer."""
-    storage = version.storage
-    manifest = Manifest.from_json(journal.manifest)
-    listed = {shard.name for shard in manifest.own_shards}  # a referenced shard's name protects nothing here
-    keep = manifest.sample_index.rsplit("/", 1)[-1] if manifest.sample_index else None
-    lock.check()
-    for directory, unlisted in (
-        (version.uri, lambda name: is_shard_name(name) and name not in listed),
-        (version.sample_index_dir_uri, lambda name: name != keep),
-    ):
-        for name, identity in storage.identities(directory).items():
-            if unlisted(name):
-                lock.check()
-                storage.delete_if_identity(storage.join(directory, name), identity)
-
-
-def _rename_one(version: Version, journal: Journal, staged: str, final: str, lock: CommitLock) -> None:
-    """Give one staged file its final name, create-only; done already (source gone, target there) is fine."""
-    storage = version.storage
-    source, target = version.path(staged), version.path(final)
-    lock.check()
-    for _attempt in range(2):
-        try:
-            storage.rename_new(source, target)  # the common case costs no existence check
-            faults.point("commit:renamed-one")
-            return
-        except PreconditionFailed:
-            pass  # the name is taken: see by what, below
-        except Exception:
-            if storage.exists(source):
-                raise
-            if not storage.exists(target):
-                raise NotCommitted(
-                    f"{version.uri}: cannot finish the commit of job {journal.job_id}: {staged} is gone"
-                ) from None
-            return  # renamed already: by a commit that died after this rename (roll forward), or a retry
-        if not storage.exists(source):
-            return  # another committer finishing this journal renamed it
-        if storage.same_object(source, target):
-            storage.delete(source)  # a copy that landed (ours retried, or another finisher's)
-            return
-        # A leftover of a commit that never finished holds the name: no manifest lists it.
-        lock.check()
-        directory, _, name = target.rpartition("/")
-        identity = storage.identities(directory).get(name)
-        if identity is not None:
-            log.warning("webdataset: removing %s, a leftover of an unfinished commit, to commit job %s", target, journal.job_id)
-            storage.delete_if_identity(target, identity)
-    raise ConcurrentCommit(f"{version.uri}: {final} is taken by another commit; job {journal.job_id} cannot name its shard")
-
-
-def _rename_all(version: Version, journal: Journal, lock: CommitLock) -> None:
-    """Every rename of the journal, `storage.rename_threads` at a time (a rename on gs:// is a
-    server-side rewrite and a delete: latency, not bandwidth). The calling thread renews the lock
-    as renames finish; the first failure stops submitting, lets those in flight end, and is
-    raised: the journal stays, and the next committer finishes what is left."""
-    renames = journal.renames
-    threads = max(1, min(version.storage.rename_threads, len(renames)))
-    if threads == 1:
-        for staged, final in renames:
-            _rename_one(version, journal, staged, final, lock)
-            lock.renew()
-        return
-    window = 4 * threads  # submitted but not finished: bounded, so a failure stops the rest quickly
-    pending: set[Future[None]] = set()
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="webdataset-rename") as pool:
-        try:
-            for staged, final in renames:
-                if len(pending) >= window:
-                    pending = _settle(pending, lock)
-                pending.add(pool.submit(_rename_one, version, journal, staged, final, lock))
-            while pending:
-                pending = _settle(pending, lock)
-        except BaseException:
-            for future in pending:
-                future.cancel()
-            raise
-
-
-def _settle(pending: set["Future[None]"], lock: CommitLock) -> set["Future[None]"]:
-    """Wait for at least one rename to end; raise the first failure; renew the lease."""
-    done, rest = wait(pending, return_when=FIRST_COMPLETED)
-    for future in done:
-        future.result()
-    lock.renew()
-    return rest
 
 
 @dataclass(frozen=True)
@@ -459,7 +172,7 @@ def commit_job(request: CommitRequest) -> Manifest | None:
             names = _shard_names(messages, base)
             change = None
             if request.change != APPEND and base is not None:
-                keys, given = unique_keys(_task_keys(version, m.index_path) for m in messages if m.index_path)
+                keys, given = unique_keys(task_keys(version, m.index_path) for m in messages if m.index_path)
                 if deleting:
                     given = sum(m.deleted_rows for m in messages)  # a delete's task keeps each key once
                 first = _first_free_number(base) + sum(len(shard_names) for shard_names in names)
@@ -469,7 +182,7 @@ def commit_job(request: CommitRequest) -> Manifest | None:
             index = _merge_index(version, request, messages, names, base, base_index, existing, change)
             lock.renew()
             planned = _plan(
-                version, request, messages, names, base, index, base=_digest(manifest_bytes), change=change, rewritten=rewritten
+                version, request, messages, names, base, index, base=digest(manifest_bytes), change=change, rewritten=rewritten
             )
             _check_uploads(version, messages, planned)
             lock.check()
@@ -492,9 +205,9 @@ def commit_job(request: CommitRequest) -> Manifest | None:
                 if version.is_sealed():
                     storage.delete_if(version.journal_uri, token)
                 raise
-            _apply(version, journal, token, lock)
+            apply(version, journal, token, lock)
     except BaseException as error:
-        landed = journal is not None and isinstance(error, LostCommitLock) and _landed(version, journal)
+        landed = journal is not None and isinstance(error, LostCommitLock) and has_landed(version, journal)
         # A decided commit that failed half-way keeps its staged files: the next committer finishes it.
         if not landed and (journal is None or journal_job(version) != request.job_id):
             _remove_staging(request)
@@ -512,12 +225,6 @@ def commit_job(request: CommitRequest) -> Manifest | None:
         version.uri,
     )
     return manifest
-
-
-def _landed(version: Version, journal: Journal) -> bool:
-    """Another committer finished this journal (roll forward) after we lost the lock."""
-    current, _ = version.read_manifest_bytes()
-    return journal_state(journal, current) is JournalState.LANDED
 
 
 def _remove_staging(request: CommitRequest) -> None:
@@ -569,7 +276,7 @@ def _base(version: Version, request: CommitRequest, existing: Manifest | None) -
                 "cannot prove the new keys unique; write it again (mode overwrite) or into a new version"
             )
         index_path = version.path(existing.sample_index)
-        return existing, lambda: _version_index_rows(version, index_path)
+        return existing, lambda: version_index_rows(version, index_path)
     if existing is not None:
         raise ConcurrentCommit(
             f"{version.uri} is built on {existing.parent or 'no parent'}; a write built on {request.parent} "
@@ -586,7 +293,7 @@ def _base(version: Version, request: CommitRequest, existing: Manifest | None) -
     if not parent.shards:
         return referenced, None
     parent_index = parent_version.path(parent.sample_index)
-    return referenced, lambda: _version_index_rows(parent_version, parent_index, parent=request.parent)
+    return referenced, lambda: version_index_rows(parent_version, parent_index, parent=request.parent)
 
 
 def _merge_index(
@@ -599,54 +306,20 @@ def _merge_index(
     existing: Manifest | None,
     change: ChangePlan | None = None,
 ) -> tuple[str, int]:
-    """Merge the tasks' sorted index rows (and the index of what the commit builds on) into the next
-    index, staged in the job's directory; raise on a duplicate key. (its staged path, its size)"""
-    from ..format.sample_index import write_index
-
-    sources: list[Iterator["pa.RecordBatch"]] = []
+    """The next index from the base's rows (less what a change removes) and the tasks' rows,
+    staged in the job's directory; raise on a duplicate key. (its staged path, its size)"""
+    runs: list[Iterator["pa.RecordBatch"]] = []
     owners: list[str] = []
     if base_index is not None and base is not None:
-        sources.append(change.base_rows(base_index()) if change else base_index())
+        runs.append(change.base_rows(base_index()) if change else base_index())
         owners.append(f"the {'version' if base is existing else 'parent version'}'s {len(base.shards)} committed shard(s)")
     for message, shard_names in zip(messages, names):
         if message.index_path and request.change != DELETE:  # a delete's rows are keys to remove
-            sources.append(_task_index_rows(version, message.index_path, shard_names))
+            runs.append(task_index_rows(version, message.index_path, shard_names))
             owners.append(f"partition {message.partition}")
     serial = sample_index_serial(existing.sample_index) + 1 if existing and existing.sample_index else 0
     staged = version.storage.join(request.staging_root, staged_sample_index_name(serial))
-
-    def merged() -> Iterator["pa.RecordBatch"]:
-        runs = _started_together(sources, version.storage.rename_threads)
-        for rows, found in first_duplicate_in_blocks(merge_blocks(runs)):
-            if found:
-                key, first, second = found
-                raise DuplicateKey(
-                    f"duplicate sample key {key!r} in {owners[first]} and {owners[second]} of {version.uri}: "
-                    "a key may appear only once in a version"
-                )
-            yield rows
-
-    with tempfile.TemporaryDirectory(prefix="webdataset-index-") as scratch:
-        local = os.path.join(scratch, "index.parquet")
-        write_index(merged(), local)
-        with open(local, "rb") as source, version.storage.open_write(staged) as target:
-            shutil.copyfileobj(source, target, 8 << 20)
-        return staged, os.path.getsize(local)
-
-
-def _started_together(runs: list[Iterator["pa.RecordBatch"]], threads: int) -> list[Iterator["pa.RecordBatch"]]:
-    """Each run opened and its first block read, `threads` at a time: the merge needs every
-    run's first block before its first round, and on gs:// each costs round trips (memory is
-    the same: one block per run)."""
-    if threads <= 1 or len(runs) <= 1:
-        return runs
-
-    def start(run: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
-        first = next(run, None)
-        return iter(()) if first is None else itertools.chain([first], run)
-
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="webdataset-keys") as pool:
-        return list(pool.map(start, runs))
+    return staged, merge_index(version, runs, owners, staged)
 
 
 def _plan(

@@ -11,7 +11,7 @@ The lease fences nothing by itself (a holder frozen past it does not know
 it): the commit checks it before every step (`check`), and its steps are
 ordered and conditional so that a holder that lost the lock between a
 check and its next write can still change nothing another committer owns
-(see spark/commit.py).
+(see dataset/commit.py).
 """
 
 from __future__ import annotations

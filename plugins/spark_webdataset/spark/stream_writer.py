@@ -20,7 +20,8 @@ from pyspark.sql.types import StructType
 
 from ..errors import BadOption
 from ..dataset.changes import APPEND
-from ..dataset.commit import StreamBatch, commit_job, journal_job
+from ..dataset.commit import StreamBatch, commit_job
+from ..dataset.journal import journal_job
 from ..testing import faults
 from .options import StreamOptions
 from .writer import WebDatasetCommitMessage, WebDatasetWriter

@@ -3,7 +3,7 @@
 Each task attempt writes under its own staging directory and reports what
 it wrote in a commit message; only attempts whose message reaches the
 driver are kept. `commit()` alone decides what becomes final (see
-`commit.py`); `abort()` and the next job remove everything staged.
+`dataset/commit.py`); `abort()` and the next job remove everything staged.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
         version.check_writable()
         if version.storage.exists(version.journal_uri):
             from ..dataset.lock import CommitLock
-            from ..dataset.commit import roll_forward
+            from ..dataset.journal import roll_forward
 
             with CommitLock(version, self.job_id, lease_seconds=options.commit_lease_seconds) as lock:
                 roll_forward(version, lock)
@@ -287,7 +287,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
     def abort(self, messages: List[Optional[WebDatasetCommitMessage]]) -> None:
         # Sibling tasks may still be writing: sweep a few times; the next job
         # on this directory removes whatever lands after the last sweep.
-        from ..dataset.commit import journal_job
+        from ..dataset.journal import journal_job
 
         if journal_job(self.version) == self.job_id:
             # Our commit was decided and failed half-way: its staged files finish it later.

@@ -25,7 +25,7 @@ class StoredObject:
 
 class Storage(ABC):
     rename_threads: int = 1
-    """How many renames the commit runs at once on this storage (see spark/commit.py)."""
+    """How many renames the commit runs at once on this storage (see dataset/journal.py)."""
 
     @abstractmethod
     def join(self, base: str, *parts: str) -> str: ...

@@ -18,8 +18,8 @@ from spark_webdataset.dataset.lock import CommitLock
 from spark_webdataset.format.manifest import Manifest
 from spark_webdataset.format.shard_writer import ShardInfo
 from spark_webdataset.dataset.layout import Version
-from spark_webdataset.dataset import commit
-from spark_webdataset.dataset.commit import commit_job, journal_job, roll_forward
+from spark_webdataset.dataset.commit import commit_job
+from spark_webdataset.dataset.journal import journal_job, roll_forward
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.dataset.layout import STAGED_INDEX_NAME
 from spark_webdataset.format.sample_index import task_rows, write_task_run
@@ -110,4 +110,3 @@ def test_the_pool_size_is_one_place_per_storage() -> None:
 
     assert LocalStorage.rename_threads == 1  # measured: threads only add GIL contention to os.replace
     assert GCSStorage.rename_threads == 16 <= HTTP_POOL_CONNECTIONS
-    assert commit._rename_all is not None

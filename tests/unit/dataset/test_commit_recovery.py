@@ -15,7 +15,7 @@ from spark_webdataset.dataset.lock import CommitLock
 from spark_webdataset.errors import NotCommitted
 from spark_webdataset.format.manifest import Manifest, ShardEntry
 from spark_webdataset.dataset.layout import Version
-from spark_webdataset.dataset.commit import Journal, journal_job, roll_forward
+from spark_webdataset.dataset.journal import Journal, journal_job, roll_forward
 
 JOB = "deadjob"
 
