@@ -210,9 +210,11 @@ class WebDatasetWriter(DataSourceArrowWriter):
                 faults.point("task:batch-written", partition=partition, attempt=attempt)
             shards = writer.close()
             rows, ascending = sort_run(concat_rows(writer.index_rows, TASK_SCHEMA))
-            index_path = storage.join(staging, STAGED_INDEX_NAME)
-            with storage.open_write(index_path) as stream:
-                write_task_run(rows, stream)
+            index_path = None
+            if len(rows):  # an empty partition stages nothing: no object to upload, none left behind
+                index_path = storage.join(staging, STAGED_INDEX_NAME)
+                with storage.open_write(index_path) as stream:
+                    write_task_run(rows, stream)
         except BaseException:
             writer.discard()
             storage.delete_tree(staging)
@@ -246,10 +248,11 @@ class WebDatasetWriter(DataSourceArrowWriter):
         keys = keys.take(pc.sort_indices(keys))
         zeros = [0] * len(keys)
         storage = self.version.storage
-        index_path = storage.join(staging, STAGED_INDEX_NAME)
+        index_path = storage.join(staging, STAGED_INDEX_NAME) if len(keys) else None
         try:
-            with storage.open_write(index_path) as stream:
-                write_task_run(task_rows(keys, 0, zeros, zeros, zeros), stream)
+            if index_path is not None:
+                with storage.open_write(index_path) as stream:
+                    write_task_run(task_rows(keys, 0, zeros, zeros, zeros), stream)
         except BaseException:
             storage.delete_tree(staging)
             raise
