@@ -40,7 +40,10 @@ from ..dataset.staging import clean_dead_staging, remove_staging, write_lease
 from ..testing import faults
 
 if TYPE_CHECKING:
+    import pyarrow
+
     from ..dataset.commit import CommitRequest
+    from ..storage.base import Storage
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +117,19 @@ def check_key_schema(schema: StructType) -> list[dict[str, str]]:
     return [{"name": KEY_COLUMN, "type": "string", "nullable": by_name[KEY_COLUMN].nullable}]
 
 
+def _stage_index_run(storage: Storage, staging: str, rows: pyarrow.RecordBatch) -> str | None:
+    """A task's sorted index rows, staged beside its shards; None for an empty partition, which
+    stages nothing: no object to upload, and none that could land after Spark's abort() swept."""
+    if not len(rows):
+        return None
+    from ..format.sample_index import write_task_run
+
+    path = storage.join(staging, STAGED_INDEX_NAME)
+    with storage.open_write(path) as stream:
+        write_task_run(rows, stream)
+    return path
+
+
 class WebDatasetWriter(DataSourceArrowWriter):
     def __init__(
         self, options: WriteOptions, schema: StructType, overwrite: bool, application_id: str | None = None
@@ -182,7 +198,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
 
         from ..format.encode import encode_column
         from ..format.keys import sort_run
-        from ..format.sample_index import TASK_SCHEMA, concat_rows, write_task_run
+        from ..format.sample_index import TASK_SCHEMA, concat_rows
         from ..format.shard_writer import ShardWriter
 
         context = TaskContext.get()
@@ -210,11 +226,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
                 faults.point("task:batch-written", partition=partition, attempt=attempt)
             shards = writer.close()
             rows, ascending = sort_run(concat_rows(writer.index_rows, TASK_SCHEMA))
-            index_path = None
-            if len(rows):  # an empty partition stages nothing: no object to upload, none left behind
-                index_path = storage.join(staging, STAGED_INDEX_NAME)
-                with storage.open_write(index_path) as stream:
-                    write_task_run(rows, stream)
+            index_path = _stage_index_run(storage, staging, rows)
         except BaseException:
             writer.discard()
             storage.delete_tree(staging)
@@ -237,7 +249,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from ..format.sample_index import task_rows, write_task_run
+        from ..format.sample_index import task_rows
 
         keys = pa.chunked_array([batch.column(KEY_COLUMN) for batch in iterator], pa.string()).combine_chunks()
         if keys.null_count:
@@ -248,11 +260,8 @@ class WebDatasetWriter(DataSourceArrowWriter):
         keys = keys.take(pc.sort_indices(keys))
         zeros = [0] * len(keys)
         storage = self.version.storage
-        index_path = storage.join(staging, STAGED_INDEX_NAME) if len(keys) else None
         try:
-            if index_path is not None:
-                with storage.open_write(index_path) as stream:
-                    write_task_run(task_rows(keys, 0, zeros, zeros, zeros), stream)
+            index_path = _stage_index_run(storage, staging, task_rows(keys, 0, zeros, zeros, zeros))
         except BaseException:
             storage.delete_tree(staging)
             raise
