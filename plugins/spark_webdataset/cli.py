@@ -298,12 +298,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Exit 0 on success, 1 when a check fails or a step is refused, 2 for bad arguments or input."""
     from .errors import InputError, WebDatasetError
 
-    args = parser().parse_args(argv)
+    commands = parser()
+    commands.add_argument("--version", action="version", version=f"spark-webdataset {_version()}")
     try:
-        return args.run(args)
+        args = commands.parse_args(argv)
+        code = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
+        return code
+    except BrokenPipeError:  # `... | head -1`: the reader has what it wanted, as for any Unix tool
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return EXIT_BROKEN_PIPE
     except WebDatasetError as error:
         print(f"spark-webdataset {args.command}: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT if isinstance(error, InputError) else EXIT_FAILED
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("spark-webdataset")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
 
 
 if __name__ == "__main__":

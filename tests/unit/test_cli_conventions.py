@@ -1,0 +1,43 @@
+"""The CLI behaves like the Unix tools users know: `--version`, `--help` on every command, quiet on a
+closed pipe (`spark-webdataset inspect ROOT | head -1`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from spark_webdataset.cli import parser
+from tests.support.helpers import run_cli
+from tests.support.webdataset_ui_data import published_digits
+
+
+def test_version_names_the_installed_distribution() -> None:
+    from importlib.metadata import version
+
+    result = run_cli("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"spark-webdataset {version('spark-webdataset')}"
+
+
+def test_every_command_has_help() -> None:
+    commands = parser()._subparsers._group_actions[0].choices  # argparse keeps them there
+    assert {"validate", "publish", "inspect", "gc", "get", "cat", "datasets"} <= set(commands)
+    for name in commands:
+        result = run_cli(name, "--help")
+        assert result.returncode == 0 and result.stdout.startswith("usage: "), name
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    root = tmp_path / "digits"
+    published_digits(root)
+    for args in (["inspect", str(root)], ["get", str(root), "00001"]):
+        process = subprocess.Popen(
+            [sys.executable, "-m", "spark_webdataset.cli", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
+        process.stdout.close()  # closed before the child wrote a byte: its first write meets EPIPE
+        _, stderr = process.communicate(timeout=120)
+        assert b"Traceback" not in stderr and b"BrokenPipeError" not in stderr, (args, stderr.decode())
+        assert process.returncode == 141, (args, process.returncode)
