@@ -41,3 +41,18 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
         _, stderr = process.communicate(timeout=120)
         assert b"Traceback" not in stderr and b"BrokenPipeError" not in stderr, (args, stderr.decode())
         assert process.returncode == 141, (args, process.returncode)
+
+
+def test_inspect_names_pins_and_a_missing_latest(tmp_path: Path) -> None:
+    import json
+
+    root = tmp_path / "digits"
+    published_digits(root, "20261201T000000Z")
+    assert run_cli("pin", str(root), "20261201T000000Z").returncode == 0
+    shown = run_cli("inspect", str(root))
+    assert shown.returncode == 0
+    line = next(line for line in shown.stdout.splitlines()[1:] if "20261201T000000Z" in line)
+    assert "pinned" in line
+    assert json.loads(run_cli("inspect", str(root), "--json").stdout)["pinned"] == ["20261201T000000Z"]
+    (root / "LATEST").unlink()  # a root whose LATEST is gone (or was never written) says so in words
+    assert "LATEST=none" in run_cli("inspect", str(root)).stdout.splitlines()[0]

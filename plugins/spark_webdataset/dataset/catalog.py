@@ -176,9 +176,13 @@ class RootDescription:
     latest: str | None
     versions: list[VersionDescription]  # oldest first
     gc: dict | None = None  # what a gc with the asked policy would retire, remove and free (`gc_would_free`)
+    pinned: list[str] = field(default_factory=list)  # versions gc never retires (`spark-webdataset pin`)
 
     def as_dict(self) -> dict:
-        described = {"root": self.root, "latest": self.latest, "versions": [v.as_dict() for v in self.versions]}
+        described = {
+            "root": self.root, "latest": self.latest, "pinned": self.pinned,
+            "versions": [v.as_dict() for v in self.versions],
+        }
         return described if self.gc is None else {**described, "gc": self.gc}
 
 
@@ -277,7 +281,7 @@ def describe_root(root: str, retention: "RetentionPolicy | None" = None) -> Root
     if not listing.ids and not listing.records and not dataset.storage.exists(dataset.root):
         raise InputError(f"{root}: no dataset there (no versions/, no published versions)")
     gc = None if retention is None else gc_would_free(root, retention)
-    return RootDescription(dataset.root, listing.latest, listing.describe(), gc)
+    return RootDescription(dataset.root, listing.latest, listing.describe(), gc, dataset.pinned_ids())
 
 
 def describe(root: str) -> dict:
@@ -291,7 +295,9 @@ def format_description(description: RootDescription | dict) -> str:
 
     if isinstance(description, RootDescription):
         description = description.as_dict()
-    lines = [f"{description['root']}  LATEST={description['latest']}"]
+    latest = description["latest"] or "none (nothing published)"
+    pinned = set(description.get("pinned", ()))
+    lines = [f"{description['root']}  LATEST={latest}"]
     for v in description["versions"]:
         counts = (
             f"{v['shards']} shards, {v['samples']} samples, {format_size(v['bytes'])}"
@@ -303,6 +309,8 @@ def format_description(description: RootDescription | dict) -> str:
             notes.append(f"{v['validation_errors']} errors")
         if v["validated"] is not None and v["validation_current"] is False and not v["published"]:
             notes.append("validated for another manifest")
+        if v["version"] in pinned:
+            notes.append("pinned")
         if v["commit_pending"]:
             notes.append("a commit pending")
         if v.get("parent"):
