@@ -158,6 +158,11 @@ class WebDatasetWriter(DataSourceArrowWriter):
             version.storage.write_atomic(version.mark_uri, WRITER_MARK)
         clean_dead_staging(version, self.job_id)
         write_lease(version, self.job_id)
+        from ..dataset.commit import Base
+
+        # What an overwrite, upsert or delete plans against: its commit fails (ConcurrentCommit)
+        # if another commit lands in between, instead of silently replacing it.
+        self.base = Base.read(version)
 
     @property
     def version(self) -> Version:
@@ -289,6 +294,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
             stream=stream,
             parent=self.parent,
             change=self.options.change if self.parent is not None else APPEND,  # no parent: a full build
+            base=self.base,
         )
 
     def commit(self, messages: List[Optional[WebDatasetCommitMessage]]) -> None:
