@@ -49,6 +49,7 @@ from ..errors import (
     NotCommitted,
     PreconditionFailed,
 )
+from ..format.checksums import SHA256
 from ..format.manifest import Manifest, ShardEntry
 from ..format.shard_writer import ShardInfo
 from ..testing import faults
@@ -199,7 +200,10 @@ def commit_job(request: CommitRequest) -> Manifest | None:
                 first = _first_free_number(base) + sum(len(shard_names) for shard_names in names)
                 change = plan_change(request.change, keys, given, base, base_index, version, first, request.staging_root)
                 lock.check()
-            rewritten = rewrite_shards(version, change, storage.rename_threads, lock.renew) if change else {}
+            options = base.options if deleting and base is not None else request.options  # what the manifest records
+            checksum = options.get("checksum")
+            sha256 = None if checksum is None else checksum == SHA256
+            rewritten = rewrite_shards(version, change, storage.rename_threads, lock.renew, sha256) if change else {}
             index = _merge_index(version, request, messages, names, base, base_index, existing, change)
             lock.renew()
             planned = _plan(
