@@ -153,3 +153,48 @@ def test_a_live_tasks_check_passes(tmp_path) -> None:
     from spark_webdataset import open as open_version
 
     assert sorted(open_version(str(target)).keys()) == keys("a", 7) + keys("c", 3)
+
+
+TASK = """
+import pickle, sys
+from spark_webdataset.errors import NotCommitted
+from tests.integration.test_aborted_staging import batch
+writer = pickle.loads(open(sys.argv[1], "rb").read())
+try:
+    writer.write(iter([batch("a", 0, 5), batch("a", 5, 5)]))
+except NotCommitted as error:
+    print(f"NotCommitted: {error}")
+    sys.exit(3)
+"""
+
+
+def test_a_task_process_held_by_the_faults_file_until_the_driver_aborted_leaves_nothing(tmp_path) -> None:
+    """As Spark runs it: the writer pickled to a task process, held at its first file (after its
+    check) by the faults file until the driver's abort() returned (`writer:aborted` creates the path)."""
+    import pickle
+    import subprocess
+    import sys
+
+    from tests.support import REPO
+
+    target, aborted = tmp_path / "v", tmp_path / "aborted"
+    writer = job(str(target))
+    (tmp_path / "writer.pickle").write_bytes(pickle.dumps(writer))
+    hold = {
+        "task:staging-file": {"action": "wait", "path": str(aborted)},
+        "writer:aborted": {"action": "touch", "path": str(aborted)},
+    }
+    with faults.installed(hold):
+        task = subprocess.Popen(
+            [sys.executable, "-c", TASK, str(tmp_path / "writer.pickle")], cwd=REPO,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + HOLD_SECONDS
+        while not Path(f"{aborted}.waiting").exists():  # held: its check passed, nothing staged yet
+            assert task.poll() is None and time.monotonic() < deadline, task.communicate()
+            time.sleep(0.01)
+        writer.abort([None])
+        out, err = task.communicate(timeout=HOLD_SECONDS)
+    assert aborted.exists()
+    assert task.returncode == 3 and writer.job_id in out, (out, err)
+    assert not target.exists(), files(target)
