@@ -198,3 +198,29 @@ def test_a_task_process_held_by_the_faults_file_until_the_driver_aborted_leaves_
     assert aborted.exists()
     assert task.returncode == 3 and writer.job_id in out, (out, err)
     assert not target.exists(), files(target)
+
+
+def test_on_gcs_a_task_staging_after_the_abort_leaves_only_the_aborted_lease_and_the_next_writer_removes_it(bucket) -> None:
+    uri = f"{bucket}/v"
+    commit_samples(uri, "c", 12)
+    version = Version.at(uri)
+    committed = version.storage.read_bytes(version.manifest_uri)
+    writer = job(uri, overwrite=False)
+    task = HeldTask(writer, [batch("a", 0, 5), batch("a", 5, 5)], "task:batch-written")
+    writer.abort([None])
+    task.release()
+    assert isinstance(task.error, NotCommitted)
+    assert sorted(version.storage.crc32c_below(version.staging_uri)) == [f"{writer.job_id}/{LEASE_NAME}"]
+    assert version.storage.read_bytes(version.manifest_uri) == committed
+    commit_samples(uri, "n", 3)
+    assert version.storage.crc32c_below(version.staging_uri) == {}
+
+
+def test_on_gcs_a_task_staging_after_the_abort_of_a_fresh_version_leaves_no_object(bucket) -> None:
+    uri = f"{bucket}/v"
+    writer = job(uri)
+    task = HeldTask(writer, [batch("a", 0, 5), batch("a", 5, 5)], "task:batch-written")
+    writer.abort([None])
+    task.release()
+    assert isinstance(task.error, NotCommitted)
+    assert Version.at(uri).storage.crc32c_below(uri) == {}

@@ -181,3 +181,27 @@ def test_a_field_of_another_type_is_refused_naming_field_and_types(tmp_path, mod
     assert "'txt'" in str(caught.value) and "bigint" in str(caught.value) and "string" in str(caught.value)
     assert not Path(uri, "_manifest.json").exists() and staging_left(uri) == []
     assert contents(f"{root}/versions/v1") == v1
+
+
+def test_on_gcs_two_overwrite_deletes_at_once_the_second_fails(bucket) -> None:
+    from spark_webdataset.dataset.publish import publish
+
+    root = f"{bucket}/ds"
+    v1 = Dataset(root).version("v1").uri
+    commit_samples(v1, "p", 30)
+    assert validate_version(v1).ok
+    publish(root, "v1")
+    uri = Dataset(root).version("v2").uri
+    first = writer(uri, True, KEYS, parent="v1", change="delete")
+    second = writer(uri, True, KEYS, parent="v1", change="delete")
+    first_message, second_message = stage(first, {"p00003": ""}), stage(second, {"p00021": ""})
+    first.commit([first_message])
+    version = Version.at(uri)
+    committed = version.storage.read_bytes(version.manifest_uri)
+    with pytest.raises(ConcurrentCommit):
+        second.commit([second_message])
+    second.abort([second_message])
+    assert version.storage.read_bytes(version.manifest_uri) == committed
+    assert sorted(contents(uri)) == [k for k in keys("p", 30) if k != "p00003"]
+    assert version.storage.crc32c_below(version.staging_uri) == {}
+    assert validate_version(uri).ok
