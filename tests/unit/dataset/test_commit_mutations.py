@@ -56,7 +56,8 @@ def test_the_sweep_never_removes_an_object_that_took_the_listed_name_after_the_l
         shards=[*planned.shards, ShardEntry("shard-000001.tar", 1, 24, "z", "z", crc32c="AAAAAA==")],
         fields=planned.fields, options=planned.options, sample_index=planned.sample_index,
     )  # fmt: skip
-    version.storage.write_atomic(version.journal_uri, Journal("dead", False, [(staged, "shard-000001.tar")], planned.to_json(), digest(base)).to_json())
+    dead = Journal("dead", False, [(staged, "shard-000001.tar")], planned.to_json(), digest(base))
+    version.storage.write_atomic(version.journal_uri, dead.to_json())
     leftover = tmp_path / "v" / "shard-000007.tar"
     leftover.write_bytes(b"a leftover of a commit that never finished")
 
@@ -154,7 +155,8 @@ def test_a_journal_planted_in_a_published_version_is_never_applied(tmp_path) -> 
         fields=before.fields, options=before.options, sample_index=before.sample_index,
     )  # fmt: skip
     # pending by its base: planned against the published manifest itself
-    version.storage.write_atomic(version.journal_uri, Journal("planted", False, [(staged, "shard-000001.tar")], planned.to_json(), digest(published)).to_json())
+    planted = Journal("planted", False, [(staged, "shard-000001.tar")], planned.to_json(), digest(published))
+    version.storage.write_atomic(version.journal_uri, planted.to_json())
     with CommitLock(version, "next") as lock:
         assert roll_forward(version, lock) is False
     assert version.storage.read_bytes(version.manifest_uri) == published
