@@ -3,13 +3,16 @@
 Under the version's commit lock it (1) settles a journal left by an
 earlier commit (finishes it, or discards it if it was planned against a
 manifest that is no longer there), (2) refuses a sealed or published
-version, (3) merges the tasks' sample index rows and the version's index
+version, and an overwrite, upsert or delete whose base (the manifest its
+writer read on the driver) is no longer the version's (`ConcurrentCommit`:
+it would silently undo a commit it never saw; an append rebases), (3) merges the tasks' sample index rows and the version's index
 into the next index, proving the new keys unique among themselves and
 against the version's, (4) on gs:// checks every staged shard's server crc32c
 against its task's, (5) claims the version's one journal slot create-only
 with a journal naming every rename, the new manifest and the digest of the
 manifest it was planned against, then (6) applies it: leftovers go, shards
-get their final names, the manifest is replaced by compare-and-swap.
+get their final names, the manifest is replaced by compare-and-swap, then
+what it no longer lists goes (never a shard the manifest in place lists).
 
 Fencing: a committer frozen past its lease (GC pause, stopped VM) must
 not change what another committed. The lease check before every step
