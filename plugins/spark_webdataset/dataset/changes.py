@@ -187,15 +187,18 @@ def plan_change(
 
 
 def rewrite_shards(
-    version: "Version", plan: ChangePlan, threads: int, renew: Callable[[], None] = lambda: None
+    version: "Version", plan: ChangePlan, threads: int, renew: Callable[[], None] = lambda: None,
+    sha256: bool | None = None,
 ) -> dict[str, ShardEntry]:
     """Stage every rewrite of the plan, `threads` at a time; the new entries by name. `renew` is
-    called after every read (the commit's lease: a large shard's copy outlasts no lease)."""
+    called after every read (the commit's lease: a large shard's copy outlasts no lease). `sha256`:
+    the new version's checksum setting (option checksum=sha256) says whether each entry carries a
+    sha256, as the version's written shards do; None (a manifest older than the option): as its source."""
     if not plan.rewrites:
         return {}
     written: dict[str, ShardEntry] = {}
     with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="webdataset-rewrite") as pool:
-        for entry in pool.map(lambda rewrite: rewrite_shard(version, rewrite, renew), plan.rewrites):
+        for entry in pool.map(lambda rewrite: rewrite_shard(version, rewrite, renew, sha256), plan.rewrites):
             written[entry.name] = entry
     log.info(
         "webdataset: rewrote %d shard(s) without their replaced or deleted samples (%d samples copied)",
@@ -221,7 +224,9 @@ def _runs(kept: pa.Table) -> Iterator[tuple[int, int, int, int]]:
             start = row
 
 
-def rewrite_shard(version: "Version", rewrite: Rewrite, renew: Callable[[], None] = lambda: None) -> ShardEntry:
+def rewrite_shard(
+    version: "Version", rewrite: Rewrite, renew: Callable[[], None] = lambda: None, sha256: bool | None = None
+) -> ShardEntry:
     """Copy the kept samples' bytes into the staged shard, each checked against its crc32c in the
     index (a sample that changed since is not copied into a new shard); its manifest entry."""
     storage = version.storage
@@ -259,6 +264,6 @@ def rewrite_shard(version: "Version", rewrite: Rewrite, renew: Callable[[], None
         first_key=keys[0],
         last_key=keys[-1],
         crc32c=digests.crc32c,
-        sha256=digests.sha256 if source.sha256 is not None else None,
+        sha256=digests.sha256 if (source.sha256 is not None if sha256 is None else sha256) else None,
         keys_ascending=source.keys_ascending,
     )

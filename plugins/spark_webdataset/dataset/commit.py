@@ -3,13 +3,16 @@
 Under the version's commit lock it (1) settles a journal left by an
 earlier commit (finishes it, or discards it if it was planned against a
 manifest that is no longer there), (2) refuses a sealed or published
-version, (3) merges the tasks' sample index rows and the version's index
+version, and an overwrite, upsert or delete whose base (the manifest its
+writer read on the driver) is no longer the version's (`ConcurrentCommit`:
+it would silently undo a commit it never saw; an append rebases), (3) merges the tasks' sample index rows and the version's index
 into the next index, proving the new keys unique among themselves and
 against the version's, (4) on gs:// checks every staged shard's server crc32c
 against its task's, (5) claims the version's one journal slot create-only
 with a journal naming every rename, the new manifest and the digest of the
 manifest it was planned against, then (6) applies it: leftovers go, shards
-get their final names, the manifest is replaced by compare-and-swap.
+get their final names, the manifest is replaced by compare-and-swap, then
+what it no longer lists goes (never a shard the manifest in place lists).
 
 Fencing: a committer frozen past its lease (GC pause, stopped VM) must
 not change what another committed. The lease check before every step
@@ -49,6 +52,7 @@ from ..errors import (
     NotCommitted,
     PreconditionFailed,
 )
+from ..format.checksums import SHA256
 from ..format.manifest import Manifest, ShardEntry
 from ..format.shard_writer import ShardInfo
 from ..testing import faults
@@ -98,6 +102,20 @@ class StreamBatch:
 STREAMS_KEY = "streams"  # manifest run section: {checkpoint location: last committed batch id}
 
 
+@dataclass(frozen=True)
+class Base:
+    """The version's manifest as a job read it before its tasks ran (the writer reads it on the
+    driver): an overwrite, upsert or delete planned against it replaces or rewrites what it saw,
+    so it commits only while the manifest is still this one."""
+
+    digest: str | None  # sha256 of the manifest; None: the version had none
+
+    @classmethod
+    def read(cls, version: Version) -> "Base":
+        data, _ = version.read_manifest_bytes()
+        return cls(digest(data))
+
+
 class StagedAttempt(Protocol):
     """What one successful task attempt staged (the Spark writer's commit message is one)."""
 
@@ -124,6 +142,15 @@ class CommitRequest:
     stream: StreamBatch | None = None
     parent: str | None = None  # a published version of the same root to build on (its shards referenced)
     change: str = APPEND  # what the tasks' rows do to the base: changes.APPEND, UPSERT or DELETE
+    # The manifest the job planned against; None: not recorded, the manifest the commit reads
+    # under its lock is the base (an API caller that plans and commits at once).
+    base: Base | None = None
+
+    @property
+    def replaces(self) -> bool:
+        """An overwrite, upsert or delete: it replaces or rewrites what its base holds, so it
+        conflicts with any commit that landed after it read the base (an append rebases)."""
+        return self.overwrite or self.change != APPEND
 
     @property
     def version(self) -> Version:
@@ -150,6 +177,7 @@ def commit_job(request: CommitRequest) -> Manifest | None:
             version.check_writable()
             manifest_bytes, _ = version.read_manifest_bytes()
             faults.point("commit:manifest-read")
+            _check_base(version, request, manifest_bytes)
             existing = None if request.overwrite or manifest_bytes is None else Manifest.from_json(manifest_bytes)
             base, base_index = _base(version, request, existing)
             if stream is not None and existing is not None and stream.committed_in(existing):
@@ -164,11 +192,8 @@ def commit_job(request: CommitRequest) -> Manifest | None:
                 _remove_staging(request)
                 return existing  # an empty micro-batch: nothing to name, nothing to record
             deleting = request.change == DELETE
-            if not deleting and base is not None and [f["name"] for f in base.fields] != [f["name"] for f in request.fields]:
-                raise FieldMismatch(
-                    f"append to {version.uri}: the DataFrame's fields {[f['name'] for f in request.fields]} differ "
-                    f"from the {'version' if base is existing else 'parent version'}'s {[f['name'] for f in base.fields]}"
-                )
+            if not deleting and base is not None:
+                _check_fields(version, request, base, "version" if base is existing else "parent version")
             names = _shard_names(messages, base)
             change = None
             if request.change != APPEND and base is not None:
@@ -178,7 +203,10 @@ def commit_job(request: CommitRequest) -> Manifest | None:
                 first = _first_free_number(base) + sum(len(shard_names) for shard_names in names)
                 change = plan_change(request.change, keys, given, base, base_index, version, first, request.staging_root)
                 lock.check()
-            rewritten = rewrite_shards(version, change, storage.rename_threads, lock.renew) if change else {}
+            options = base.options if deleting and base is not None else request.options  # what the manifest records
+            checksum = options.get("checksum")
+            sha256 = None if checksum is None else checksum == SHA256
+            rewritten = rewrite_shards(version, change, storage.rename_threads, lock.renew, sha256) if change else {}
             index = _merge_index(version, request, messages, names, base, base_index, existing, change)
             lock.renew()
             planned = _plan(
@@ -225,6 +253,42 @@ def commit_job(request: CommitRequest) -> Manifest | None:
         version.uri,
     )
     return manifest
+
+
+def _check_base(version: Version, request: CommitRequest, current: bytes | None) -> None:
+    """ConcurrentCommit when an overwrite, upsert or delete was planned against a manifest that is
+    no longer the version's: committing it would silently undo the commit that landed meanwhile."""
+    if request.base is None or not request.replaces or digest(current) == request.base.digest:
+        return
+    try:
+        by = Manifest.from_json(current).run.get("job_id") if current is not None else None
+    except Exception:  # noqa: BLE001 - only for the message; the manifest is checked where it is used
+        by = None
+    what = "overwrite" if request.overwrite else request.change
+    moved = f"job {by} committed to it" if by else ("its manifest was removed" if current is None else "its manifest changed")
+    raise ConcurrentCommit(
+        f"{version.uri}: the {what} of job {request.job_id} was planned against "
+        f"{'no manifest' if request.base.digest is None else 'manifest sha256 ' + request.base.digest}, "
+        f"but {moved} since (manifest sha256 {digest(current)}); an {what} never replaces a commit it did not "
+        "see, so nothing of it was committed: write again (to add onto a version, use mode('append'))"
+    )
+
+
+def _check_fields(version: Version, request: CommitRequest, base: Manifest, whose: str) -> None:
+    """The job's fields must be the base's, names and Spark types in order: types are part of a
+    version's (and a chain's) schema, and readers take them from the manifest."""
+    names = [f["name"] for f in request.fields]
+    if names != [f["name"] for f in base.fields]:
+        raise FieldMismatch(
+            f"{request.change} to {version.uri}: the DataFrame's fields {names} differ "
+            f"from the {whose}'s {[f['name'] for f in base.fields]}"
+        )
+    for new, old in zip(request.fields, base.fields):
+        if new.get("type") is not None and old.get("type") is not None and new["type"] != old["type"]:
+            raise FieldMismatch(
+                f"{request.change} to {version.uri}: field {new['name']!r} has type {new['type']} in the DataFrame "
+                f"but {old['type']} in the {whose}; a version's fields keep their types (cast the column)"
+            )
 
 
 def _remove_staging(request: CommitRequest) -> None:

@@ -155,6 +155,9 @@ def apply(version: Version, journal: Journal, token: object, lock: CommitLock) -
         lock.check()
         _swap_manifest(version, journal)
     faults.point("commit:manifest-written")
+    # What the manifest no longer lists (a shard a change rewrote, the previous sample index)
+    # goes once no manifest in place lists it: readers of the old manifest kept it until the swap.
+    _sweep(version, journal, lock)
     storage.delete_if(version.journal_uri, token)
 
 
@@ -180,22 +183,38 @@ def _swap_manifest(version: Version, journal: Journal) -> None:
 
 
 def _sweep(version: Version, journal: Journal, lock: CommitLock) -> None:
-    """Remove what the journal's manifest will not list: shards an overwrite replaces, leftovers of
-    commits that never finished, key runs no longer needed. Each object goes only if it is still
-    the one listed (after a lease check), so a committer that froze here removes nothing newer."""
+    """Remove what neither the journal's manifest nor the manifest in place lists: shards an
+    overwrite replaces (its manifest is gone by then), leftovers of commits that never finished,
+    key runs no longer needed. A committed shard (one the manifest in place lists) is never
+    removed; each object goes only if it is still the one listed (after a lease check), so a
+    committer that froze here removes nothing newer."""
     storage = version.storage
     manifest = Manifest.from_json(journal.manifest)
     listed = {shard.name for shard in manifest.own_shards}  # a referenced shard's name protects nothing here
-    keep = manifest.sample_index.rsplit("/", 1)[-1] if manifest.sample_index else None
+    keep = {manifest.sample_index.rsplit("/", 1)[-1]} if manifest.sample_index else set()
     lock.check()
-    for directory, unlisted in (
-        (version.uri, lambda name: is_shard_name(name) and name not in listed),
-        (version.sample_index_dir_uri, lambda name: name != keep),
+    found = [(directory, storage.identities(directory)) for directory in (version.uri, version.sample_index_dir_uri)]
+    committed, committed_index = _in_place(version)
+    listed |= committed
+    keep |= committed_index
+    for (directory, identities), unlisted in zip(
+        found, (lambda name: is_shard_name(name) and name not in listed, lambda name: name not in keep)
     ):
-        for name, identity in storage.identities(directory).items():
+        for name, identity in identities.items():
             if unlisted(name):
                 lock.check()
+                faults.point("commit:sweeping", file=name)  # a test replaces the object here: it must stay
                 storage.delete_if_identity(storage.join(directory, name), identity)
+
+
+def _in_place(version: Version) -> tuple[set[str], set[str]]:
+    """The own shards and the sample index file the manifest in place lists (none without one)."""
+    current, _ = version.read_manifest_bytes()
+    if current is None:
+        return set(), set()
+    manifest = Manifest.from_json(current)
+    index = {manifest.sample_index.rsplit("/", 1)[-1]} if manifest.sample_index else set()
+    return {shard.name for shard in manifest.own_shards}, index
 
 
 def _rename_one(version: Version, journal: Journal, staged: str, final: str, lock: CommitLock) -> None:
@@ -223,12 +242,21 @@ def _rename_one(version: Version, journal: Journal, staged: str, final: str, loc
         if storage.same_object(source, target):
             storage.delete(source)  # a copy that landed (ours retried, or another finisher's)
             return
-        # A leftover of a commit that never finished holds the name: no manifest lists it.
+        # The name is held by a leftover of a commit that never finished, or by a shard of the
+        # manifest this overwrite removed; never by a committed shard (one the manifest in place lists).
         lock.check()
         directory, _, name = target.rpartition("/")
         identity = storage.identities(directory).get(name)
+        if name in _in_place(version)[0]:
+            raise ConcurrentCommit(
+                f"{version.uri}: {final} is a committed shard of the manifest in place; job {journal.job_id} "
+                "was planned against another manifest and cannot name its shard"
+            )
         if identity is not None:
-            log.warning("webdataset: removing %s, a leftover of an unfinished commit, to commit job %s", target, journal.job_id)
+            log.warning(
+                "webdataset: removing %s (no manifest in place lists it: a leftover of an unfinished commit, or a "
+                "shard the overwrite replaces) to commit job %s", target, journal.job_id,
+            )  # fmt: skip
             storage.delete_if_identity(target, identity)
     raise ConcurrentCommit(f"{version.uri}: {final} is taken by another commit; job {journal.job_id} cannot name its shard")
 

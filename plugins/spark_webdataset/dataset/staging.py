@@ -4,10 +4,19 @@ Each job stages under `_staging/<job>/` and writes a lease there when it
 starts, naming its host and its Spark driver's process (the JVM that
 launched the writer's Python worker). A job removes its own staging
 (commit, abort) and another job's only when that job is provably dead:
-its driver ran on this host and is gone, or nothing under its staging
-changed for `STALE_STAGING_SECONDS`, or it has no lease and nothing
-changed for `ORPHAN_SECONDS` (files that an aborted job's late sibling
-tasks wrote after its last sweep). A live job's staging is never touched.
+its driver ran on this host and is gone, or its lease says it was
+aborted, or nothing under its staging changed for `STALE_STAGING_SECONDS`,
+or it has no lease and nothing changed for `ORPHAN_SECONDS`. A live job's
+staging is never touched.
+
+A failed job leaves nothing, whatever the timing: `abort()` first marks
+the job's lease aborted (or, in a directory the job created, removes the
+directory's writer mark and the lease with it), then removes what is
+staged. A task checks the job (`job_ended`) before it stages each file and
+after its last one, and removes what it staged when the job ended: a
+sibling task whose files land after the abort's sweep removes them itself,
+and a file of a task killed before its check is dead staging at once for
+the next writer (its lease says aborted).
 """
 
 from __future__ import annotations
@@ -67,6 +76,59 @@ def write_lease(version: Version, job_id: str) -> None:
     storage.write_atomic(storage.join(version.staging_uri, job_id, LEASE_NAME), json.dumps(lease).encode())
 
 
+def _read_lease(version: Version, job_id: str) -> dict | None:
+    """The job's lease (None: it has none; a damaged one reads as a lease that proves nothing)."""
+    storage = version.storage
+    data, _ = storage.read_versioned(storage.join(version.staging_uri, job_id, LEASE_NAME))
+    if data is None:
+        return None
+    try:
+        lease = json.loads(data)
+    except ValueError:
+        return {}
+    return lease if isinstance(lease, dict) else {}
+
+
+def mark_aborted(version: Version, job_id: str) -> None:
+    """The job failed: from now on its tasks remove what they stage, and its staging is dead."""
+    storage = version.storage
+    lease = _read_lease(version, job_id) or {"job_id": job_id}
+    lease.update({"aborted": True, "aborted_at": time.time()})
+    storage.write_atomic(storage.join(version.staging_uri, job_id, LEASE_NAME), json.dumps(lease).encode())
+
+
+def job_ended(version: Version, job_id: str) -> bool:
+    """A task's check before and after it stages: the job was aborted (its lease says so, or the
+    job removed the directory it created: no lease and no writer mark). A job whose lease is gone
+    but whose directory keeps our mark may still be staging (a stream's next micro-batch)."""
+    lease = _read_lease(version, job_id)
+    if lease is not None:
+        return bool(lease.get("aborted"))
+    return not version.storage.exists(version.mark_uri)
+
+
+def remove_task_staging(version: Version, job_id: str, staging: str) -> None:
+    """A task's own staged files, and the directories above them left empty (in a directory its
+    aborted job created, the version directory too: a failed job leaves nothing)."""
+    storage = version.storage
+    storage.delete_tree(staging)
+    storage.remove_empty_dir(storage.join(version.staging_uri, job_id))
+    storage.remove_empty_dir(version.staging_uri)
+    if not storage.exists(version.mark_uri):
+        storage.remove_empty_dir(version.uri)
+
+
+def remove_staged_files(version: Version, job_id: str) -> None:
+    """Everything the job staged but its lease (which says it was aborted)."""
+    storage = version.storage
+    directory = storage.join(version.staging_uri, job_id)
+    for name in storage.list_dirs(directory):
+        storage.delete_tree(storage.join(directory, name))
+    for name in storage.list_sizes(directory):
+        if name != LEASE_NAME:
+            storage.delete(storage.join(directory, name))
+
+
 def _driver_gone(lease: dict) -> bool:
     """True only when the lease's driver ran on this host and that process no longer exists."""
     if lease.get("host") != socket.gethostname() or not lease.get("driver_pid"):
@@ -80,13 +142,12 @@ def _job_dead(version: Version, job_id: str, now: float) -> tuple[bool, float]:
     storage = version.storage
     directory = storage.join(version.staging_uri, job_id)
     newest = storage.newest_modification(directory)
-    lease_path = storage.join(directory, LEASE_NAME)
-    lease = json.loads(storage.read_bytes(lease_path) or b"{}") if storage.exists(lease_path) else None
+    lease = _read_lease(version, job_id)
     idle = now - newest if newest is not None else float("inf")
     dead = (
         idle > STALE_STAGING_SECONDS
         or (lease is None and idle > ORPHAN_SECONDS)
-        or (lease is not None and _driver_gone(lease))
+        or (lease is not None and (bool(lease.get("aborted")) or _driver_gone(lease)))
     )
     return dead, idle
 

@@ -9,10 +9,9 @@ driver are kept. `commit()` alone decides what becomes final (see
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator, List, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, List, Optional
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
@@ -30,13 +29,21 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..errors import BadOption, InvalidField
+from ..errors import BadOption, InvalidField, NotCommitted
 from ..format.names import KEY_COLUMN, check_fields, field_name_error
 from ..format.shard_writer import ShardInfo
 from ..dataset.layout import STAGED_INDEX_NAME, WRITER_MARK, Version, staged_shard_name
 from ..dataset.changes import APPEND, DELETE
 from .options import LATEST_PARENT, WriteOptions
-from ..dataset.staging import clean_dead_staging, remove_staging, write_lease
+from ..dataset.staging import (
+    clean_dead_staging,
+    job_ended,
+    mark_aborted,
+    remove_staged_files,
+    remove_staging,
+    remove_task_staging,
+    write_lease,
+)
 from ..testing import faults
 
 if TYPE_CHECKING:
@@ -117,13 +124,16 @@ def check_key_schema(schema: StructType) -> list[dict[str, str]]:
     return [{"name": KEY_COLUMN, "type": "string", "nullable": by_name[KEY_COLUMN].nullable}]
 
 
-def _stage_index_run(storage: Storage, staging: str, rows: pyarrow.RecordBatch) -> str | None:
-    """A task's sorted index rows, staged beside its shards; None for an empty partition, which
-    stages nothing: no object to upload, and none that could land after Spark's abort() swept."""
+def _stage_index_run(
+    storage: Storage, staging: str, rows: pyarrow.RecordBatch, before: Callable[[], None] = lambda: None
+) -> str | None:
+    """A task's sorted index rows, staged beside its shards (`before` runs first: the task's check
+    of its job); None for an empty partition, which stages nothing."""
     if not len(rows):
         return None
     from ..format.sample_index import write_task_run
 
+    before()
     path = storage.join(staging, STAGED_INDEX_NAME)
     with storage.open_write(path) as stream:
         write_task_run(rows, stream)
@@ -158,6 +168,11 @@ class WebDatasetWriter(DataSourceArrowWriter):
             version.storage.write_atomic(version.mark_uri, WRITER_MARK)
         clean_dead_staging(version, self.job_id)
         write_lease(version, self.job_id)
+        from ..dataset.commit import Base
+
+        # What an overwrite, upsert or delete plans against: its commit fails (ConcurrentCommit)
+        # if another commit lands in between, instead of silently replacing it.
+        self.base = Base.read(version)
 
     @property
     def version(self) -> Version:
@@ -191,6 +206,20 @@ class WebDatasetWriter(DataSourceArrowWriter):
     def remove_own_staging(self) -> None:
         remove_staging(self.version, self.job_id)
 
+    def _check_job(self, staging: str, partition: int, attempt: int, staging_next: bool = True) -> None:
+        """A task's check before it stages a file (`staging_next`) and after its last one: if its job
+        was aborted meanwhile, what it staged goes and the task fails, so nothing of a failed job
+        outlives it, whatever the timing (Spark's abort() may run while a sibling task still stages)."""
+        version = self.version
+        if job_ended(version, self.job_id):
+            remove_task_staging(version, self.job_id, staging)
+            raise NotCommitted(
+                f"{version.uri}: job {self.job_id} was aborted while partition {partition} (attempt {attempt}) "
+                "was staging; its staged files are removed"
+            )
+        if staging_next:
+            faults.point("task:staging-file", partition=partition, attempt=attempt)  # a test holds a task here
+
     # -- executors --------------------------------------------------------
 
     def write(self, iterator: Iterator["pyarrow.RecordBatch"]) -> WebDatasetCommitMessage:  # noqa: F821
@@ -210,9 +239,14 @@ class WebDatasetWriter(DataSourceArrowWriter):
         if self.options.change == DELETE:
             return self._stage_deletions(iterator, staging, partition, attempt, task_attempt_id)
         names = [f["name"] for f in self.fields]
+
+        def open_shard(sequence: int):
+            self._check_job(staging, partition, attempt)
+            return storage.open_write(storage.join(staging, staged_shard_name(sequence)))
+
         writer = ShardWriter(
             names,
-            lambda sequence: storage.open_write(storage.join(staging, staged_shard_name(sequence))),
+            open_shard,
             max_shard_bytes=self.options.max_shard_bytes,
             max_samples_per_shard=self.options.max_samples_per_shard,
             mtime=self.options.mtime,
@@ -226,10 +260,12 @@ class WebDatasetWriter(DataSourceArrowWriter):
                 faults.point("task:batch-written", partition=partition, attempt=attempt)
             shards = writer.close()
             rows, ascending = sort_run(concat_rows(writer.index_rows, TASK_SCHEMA))
-            index_path = _stage_index_run(storage, staging, rows)
+            index_path = _stage_index_run(storage, staging, rows, lambda: self._check_job(staging, partition, attempt))
+            if shards or index_path:
+                self._check_job(staging, partition, attempt, staging_next=False)
         except BaseException:
             writer.discard()
-            storage.delete_tree(staging)
+            remove_task_staging(self.version, self.job_id, staging)
             raise
         return WebDatasetCommitMessage(
             partition=partition,
@@ -261,9 +297,12 @@ class WebDatasetWriter(DataSourceArrowWriter):
         zeros = [0] * len(keys)
         storage = self.version.storage
         try:
-            index_path = _stage_index_run(storage, staging, task_rows(keys, 0, zeros, zeros, zeros))
+            before = lambda: self._check_job(staging, partition, attempt)  # noqa: E731
+            index_path = _stage_index_run(storage, staging, task_rows(keys, 0, zeros, zeros, zeros), before)
+            if index_path:
+                self._check_job(staging, partition, attempt, staging_next=False)
         except BaseException:
-            storage.delete_tree(staging)
+            remove_task_staging(self.version, self.job_id, staging)
             raise
         log.info("webdataset: partition %d stages %d key(s) to delete (%d rows)", partition, len(keys), given)
         return WebDatasetCommitMessage(
@@ -289,6 +328,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
             stream=stream,
             parent=self.parent,
             change=self.options.change if self.parent is not None else APPEND,  # no parent: a full build
+            base=self.base,
         )
 
     def commit(self, messages: List[Optional[WebDatasetCommitMessage]]) -> None:
@@ -297,24 +337,31 @@ class WebDatasetWriter(DataSourceArrowWriter):
         commit_job(self.commit_request(messages))
 
     def abort(self, messages: List[Optional[WebDatasetCommitMessage]]) -> None:
-        # Sibling tasks may still be writing: sweep a few times; the next job
-        # on this directory removes whatever lands after the last sweep.
+        """Nothing of the job stays, whatever the timing: the job is marked aborted before its
+        staging is swept, so a sibling task still staging removes its own files when it checks
+        (after each file), and the next writer removes a killed task's files at once."""
         from ..dataset.journal import journal_job
 
-        if journal_job(self.version) == self.job_id:
+        version = self.version
+        if journal_job(version) == self.job_id:
             # Our commit was decided and failed half-way: its staged files finish it later.
             log.warning("webdataset write to %s failed inside its commit; the next write finishes it", self.options.path)
             return
-        for pause in (0.0, 0.2, 0.5):
-            time.sleep(pause)
-            self.remove_own_staging()
-        version = self.version
         storage = version.storage
-        # A write that never committed into a fresh directory leaves nothing, not even our mark.
-        if not any(storage.exists(p) for p in (version.manifest_uri, version.journal_uri)) and not storage.list_dirs(
-            version.staging_uri
-        ):
+        # A task without a message failed or may still be running; with every message in, every task ended.
+        tasks_may_run = not messages or any(message is None for message in messages)
+        others = [job for job in storage.list_dirs(version.staging_uri) if job != self.job_id]
+        fresh = not others and not any(storage.exists(p) for p in (version.manifest_uri, version.journal_uri))
+        if fresh:
+            # A write that never committed into a fresh directory leaves nothing, not even our mark;
+            # the mark goes first: a task that then finds no lease and no mark knows the job ended.
             storage.delete(version.mark_uri)
+            self.remove_own_staging()
             storage.remove_empty_dir(version.uri)
+        elif tasks_may_run:
+            mark_aborted(version, self.job_id)
+            remove_staged_files(version, self.job_id)  # the lease stays, saying aborted, for late tasks
+        else:
+            self.remove_own_staging()
+        faults.point("writer:aborted")  # a test releases a held sibling task here
         log.warning("webdataset write to %s aborted; staged files removed", self.options.path)
-

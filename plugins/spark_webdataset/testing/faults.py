@@ -24,7 +24,13 @@ Actions: `stop` freezes the whole process with SIGSTOP at that point (a GC
 pause or a stopped VM, resumed by the test's SIGCONT), `exit` kills it
 (`os._exit(17)`: a worker or committer that dies leaves its files behind),
 `raise` raises `InjectedFault`, `sleep:S` (in the file also
-`{"action": "sleep", "seconds": S}`) waits S seconds.
+`{"action": "sleep", "seconds": S}`) waits S seconds. Two actions hold one
+process until another reached a point, across processes (in the file):
+`{"action": "wait", "path": P, "seconds": S}` creates `P.waiting` (the test
+knows it is held) and waits until file P exists (at most S seconds, default
+60: a bound, not a sleep), and `{"action": "touch",
+"path": P}` creates P. A test holds a Spark task (`task:staging-file`) until
+the driver's `abort()` returned (`writer:aborted`) this way.
 """
 
 from __future__ import annotations
@@ -40,7 +46,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 ENV = "SPARK_WEBDATASET_FAULTS"
 FILE_ENV = "SPARK_WEBDATASET_FAULTS_FILE"
-_SPEC_KEYS = {"action", "seconds"}
+_SPEC_KEYS = {"action", "seconds", "path"}
+WAIT_SECONDS = 60.0
 
 
 class InjectedFault(RuntimeError):
@@ -65,7 +72,24 @@ def _action(spec: str, where: str = "injected test fault") -> Callable[[], None]
     if spec.startswith("sleep:"):
         seconds = float(spec[len("sleep:") :])
         return lambda: time.sleep(seconds)
-    raise ValueError(f"{ENV}: unknown fault action {spec!r} (stop, exit, raise, sleep:S)")
+    if spec.startswith("wait:"):
+        bound, path = spec[len("wait:") :].split(":", 1)
+        return lambda: _wait_for(path, float(bound), where)
+    if spec.startswith("touch:"):
+        path = spec[len("touch:") :]
+        return lambda: open(path, "a").close()
+    raise ValueError(f"{ENV}: unknown fault action {spec!r} (stop, exit, raise, sleep:S, wait:S:PATH, touch:PATH)")
+
+
+def _wait_for(path: str, seconds: float, where: str) -> None:
+    """Until another process creates `path`; InjectedFault after `seconds` (a test that never
+    released its hold fails, it does not hang)."""
+    open(path + ".waiting", "a").close()
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise InjectedFault(f"{where}: {path} did not appear within {seconds:.0f} s")
+        time.sleep(0.01)
 
 
 def _environment() -> dict[str, str]:
@@ -100,6 +124,11 @@ def _file_action(spec: Mapping[str, Any]) -> str:
     action = str(spec["action"])
     if action == "sleep":
         action = f"sleep:{float(spec.get('seconds', 0))}"
+    elif action in ("wait", "touch"):
+        if not spec.get("path"):
+            raise ValueError(f"fault action {action!r} needs a path")
+        bound = f"{float(spec.get('seconds', WAIT_SECONDS))}:" if action == "wait" else ""
+        action = f"{action}:{bound}{spec['path']}"
     return action
 
 
