@@ -50,6 +50,11 @@ def test_cli_validate_of_a_published_version_writes_nothing_under_it_and_reports
     # the children still validate against the sealed report, and publish
     assert validate_version(Dataset(chain).version("v2").uri, workers=1).ok
     publish(chain, "v2")
+    # a report path inside a sealed version is refused before anything is read or written
+    for inside in (v1 / "_validation.json", v1 / "sub" / "report.json", v1 / ".." / "v1" / "r.json"):
+        refused = run_cli("validate", str(v1), "--require", "jpg", "--quiet", "--report", str(inside))
+        assert refused.returncode == 1 and "VersionSealed" not in refused.stderr and "sealed" in refused.stderr
+        assert _files(v1) == before
     # without --report: the verdict only
     done = run_cli("validate", str(v1), "--require", "jpg", "--quiet")
     assert done.returncode == 1 and "FAILED with" in done.stdout
