@@ -138,3 +138,23 @@ def test_on_gcs_a_parents_shard_overwritten_with_other_bytes_fails_and_with_the_
     report = validate_version(child, workers=1, write_report=False)
     assert not report.ok
     assert any("ChecksumMismatch" in e["error"] for e in _referenced_errors(report, name, "v1")), report.errors
+
+
+def test_a_shard_changed_after_validation_read_it_is_not_vouched_for_by_its_report(tmp_path) -> None:
+    """The report records the identity the shard had before it was read: a write during or after
+    the check leaves another identity, so a child reads that shard again and finds the change."""
+    from spark_webdataset.dataset.publish import publish
+    from spark_webdataset.testing import faults
+
+    root = str(tmp_path / "data")
+    commit_version(root, "v1", 0, 40)
+    shard = sorted((tmp_path / "data" / "versions" / "v1").glob("shard-*.tar"))[0]
+    faults.install("validate:shards-checked", lambda: _flip_keeping_mtime(shard))
+    try:
+        assert validate_version(Dataset(root).version("v1").uri, workers=1).ok  # it read the bytes before the flip
+    finally:
+        faults.clear()
+    publish(root, "v1")
+    commit_version(root, "v2", 40, 10, parent="v1")
+    report = validate_version(Dataset(root).version("v2").uri, workers=1, write_report=False)
+    assert not report.ok and _referenced_errors(report, shard.name, "v1"), report.errors

@@ -44,6 +44,7 @@ from ..format.verify import ShardReport, check_shard
 from .layout import MANIFEST_NAME, METADATA_FILES, Version
 from .lock import CommitLock
 from ..storage import Storage, storage_for
+from ..testing import faults
 from ..storage.base import StoredObject
 
 VALIDATION_KIND = "spark-webdataset-validation-v1"
@@ -328,6 +329,7 @@ def validate_version(
         results, duplicates, index_errors = check(uri, tasks, required, index)
     else:
         results, duplicates, index_errors = _check_with_pool(uri, tasks, required, workers, progress, index)
+    faults.point("validate:shards-checked")
     for result in results:
         listed = result.pop("error_list")
         for error in listed:
