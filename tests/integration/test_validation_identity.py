@@ -84,6 +84,10 @@ def test_a_parents_shard_whose_identity_moved_is_read_and_passes_with_equal_byte
     assert row["identity"] == json.loads(json.dumps(now)) and row["verified_by"] == "read"
     other = next(r for r in report.shards if r["name"].startswith("../v1/") and r["name"] != f"../v1/{shard.name}")
     assert other["verified_by"] == "identity"
+    # the parent's sha256 carries over (publish puts it in the child's shardindex.json)
+    parent_rows = {r["name"]: r for r in json.loads((shard.parent / "_validation.json").read_text())["shards"]}
+    for row in (r for r in report.shards if r["name"].startswith("../v1/")):
+        assert row["sha256"] == parent_rows[row["name"][len("../v1/"):]]["sha256"] and row["sha256"]
 
 
 @pytest.mark.parametrize("how", ["copytree", "cp -r"])
