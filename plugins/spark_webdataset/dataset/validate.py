@@ -44,8 +44,8 @@ from ..format.verify import ShardReport, check_shard
 from .layout import MANIFEST_NAME, METADATA_FILES, Version
 from .lock import CommitLock
 from ..storage import Storage, storage_for
-from ..testing import faults
 from ..storage.base import StoredObject
+from ..testing import faults
 
 VALIDATION_KIND = "spark-webdataset-validation-v1"
 MAX_REPORTED_ERRORS = 100
@@ -331,10 +331,10 @@ def validate_version(
         results, duplicates, index_errors = _check_with_pool(uri, tasks, required, workers, progress, index)
     faults.point("validate:shards-checked")
     for result in results:
-        listed = result.pop("error_list")
-        for error in listed:
+        shard_errors = result.pop("error_list")
+        for error in shard_errors:
             report.add_error(error["error"], error["shard"], error["offset"], error["key"])
-        report.error_count += max(0, result["errors"] - len(listed))  # found, but past the shard's list
+        report.error_count += max(0, result["errors"] - len(shard_errors))  # found, but past the shard's list
         result["identity"] = _as_json(identities.get(result["name"]))  # a child trusts these bytes by it
         report.shards.append(result)
     duplicate_count, listed = duplicates
@@ -428,7 +428,7 @@ def _check_references(version: Version, manifest: Manifest, report: ValidationRe
     threads = max(1, min(version.storage.rename_threads, len(by_version)))
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="webdataset-references") as pool:
         found_by_version = dict(zip(sorted(by_version), pool.map(evidence, sorted(by_version))))
-    checks: list[tuple[str, ShardEntry, StoredObject | None, list[str], bool]] = []
+    checks: list[tuple[str, ShardEntry, StoredObject | None, dict, list[str], bool]] = []
     for stored_in, shards in sorted(by_version.items()):
         stored, validation = found_by_version[stored_in]
         checked = {row.get("name"): row for row in validation.get("shards", [])}
@@ -450,20 +450,20 @@ def _check_references(version: Version, manifest: Manifest, report: ValidationRe
                 problems.append(f"referenced {where} has crc32c {listed.crc32c} on the server, the manifest says {shard.crc32c}")
             # the cache: these bytes were verified by that validation only if the identity is the same
             trusted = listed is not None and found.get("identity") is not None and _as_json(listed.identity) == found["identity"]
-            checks.append((stored_in, shard, listed, problems, not trusted and listed is not None))
-    readers = max(1, min(REFERENCE_READ_THREADS, sum(1 for check in checks if check[4])))
+            checks.append((stored_in, shard, listed, found, problems, not trusted and listed is not None))
+    readers = max(1, min(REFERENCE_READ_THREADS, sum(1 for check in checks if check[-1])))
     with ThreadPoolExecutor(max_workers=readers, thread_name_prefix="webdataset-reference-reads") as pool:
         reads = [pool.submit(_read_back, version, stored_in, shard) if read else None
-                 for stored_in, shard, _, _, read in checks]  # fmt: skip
+                 for stored_in, shard, _, _, _, read in checks]  # fmt: skip
     results = []
-    for (stored_in, shard, listed, problems, read), future in zip(checks, reads):
+    for (stored_in, shard, listed, found, problems, read), future in zip(checks, reads):
         if future is not None:
             problems.extend(future.result())
         for problem in problems:
             report.add_error(f"{problem}: it changed after it was published", shard.location)
         results.append({
             "name": shard.location, "ok": not problems, "samples": shard.samples, "bytes": shard.bytes,
-            "crc32c": shard.crc32c, "sha256": None, "errors": len(problems), "referenced": True,
+            "crc32c": shard.crc32c, "sha256": found.get("sha256"), "errors": len(problems), "referenced": True,
             "identity": None if listed is None else _as_json(listed.identity),  # what this validation verified
             "verified_by": "read" if read else "identity",
         })  # fmt: skip
