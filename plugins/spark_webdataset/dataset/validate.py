@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import ChecksumMismatch, VersionSealed, WebDatasetError
+from ..errors import BadOption, ChecksumMismatch, VersionSealed, WebDatasetError
 from ..format.checksums import crc32c_extend, crc32c_text
 from ..format.keys import count_duplicates, merge_blocks
 from ..format.manifest import Manifest, ShardEntry
@@ -352,7 +352,10 @@ def validate_version(
             report.add_error(error)
     report.seconds = time.monotonic() - started
     if report_path is not None:
-        storage_for(report_path).write_atomic(report_path, report.to_json())
+        try:
+            storage_for(report_path).write_atomic(report_path, report.to_json())
+        except (OSError, ValueError) as error:  # a directory, a name too long, a NUL: the option's fault
+            raise BadOption(f"--report {report_path}: cannot write the report there: {error}") from None
         report.written_to = report_path
     if write_report:
         _write_unless_sealed(version, report)
@@ -365,6 +368,8 @@ def _check_report_path(report_path: str) -> str:
     path = report_path[len("file://") :] if report_path.startswith("file://") else report_path
     if "://" not in path:
         path = os.path.abspath(path)
+        if os.path.isdir(path):
+            raise BadOption(f"--report {report_path}: is a directory; name the report file")
     directory = path.rsplit("/", 1)[0]
     while "/" in directory.split("://", 1)[-1]:
         holder = Version.at(directory)

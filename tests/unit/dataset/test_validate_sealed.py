@@ -55,6 +55,10 @@ def test_cli_validate_of_a_published_version_writes_nothing_under_it_and_reports
         refused = run_cli("validate", str(v1), "--require", "jpg", "--quiet", "--report", str(inside))
         assert refused.returncode == 1 and "VersionSealed" not in refused.stderr and "sealed" in refused.stderr
         assert _files(v1) == before
+    for bad in (tmp_path, tmp_path / ("x" * 300) / "r.json"):  # a directory; a name too long to create
+        refused = run_cli("validate", str(v1), "--quiet", "--report", str(bad))
+        assert refused.returncode == 2 and "--report" in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+    assert _files(v1) == before
     # without --report: the verdict only
     done = run_cli("validate", str(v1), "--require", "jpg", "--quiet")
     assert done.returncode == 1 and "FAILED with" in done.stdout
