@@ -470,7 +470,7 @@ def _check_references(version: Version, manifest: Manifest, report: ValidationRe
             "name": shard.location, "ok": not problems, "samples": shard.samples, "bytes": shard.bytes,
             "crc32c": shard.crc32c, "sha256": found.get("sha256"), "errors": len(problems), "referenced": True,
             "identity": None if listed is None else _as_json(listed.identity),  # what this validation verified
-            "verified_by": "read" if read else "identity",
+            "verified_by": "read" if read else "identity" if listed is not None else None,  # None: not found
         })  # fmt: skip
     return results
 
