@@ -31,6 +31,7 @@ def _validate(args: argparse.Namespace) -> int:
         check=spark_check(args.spark_master) if args.spark_master else None,
         progress=not args.quiet,
         full=args.full,
+        report_path=args.report,
     )
     print(report.summary())
     return 0 if report.ok else 1
@@ -198,6 +199,11 @@ def parser() -> argparse.ArgumentParser:
         "their size and crc32c against their own version's validation)",
     )  # fmt: skip
     validate.add_argument("--quiet", action="store_true", help="no progress bar")
+    validate.add_argument(
+        "--report", metavar="PATH",
+        help="write the JSON report here too (a sealed or published version gets none under it: its report "
+        "is the one publish relied on)",
+    )  # fmt: skip
     validate.set_defaults(run=_validate)
 
     publish = commands.add_parser("publish", help="make a validated version visible; move LATEST forward")

@@ -203,7 +203,9 @@ def validate_step(
     """Validate; raise PipelineError (no retry helps) with the first errors if it fails.
 
     A published version is immutable and was validated before it was
-    published: a re-run reports that validation instead of rewriting it.
+    published: a re-run reports that validation instead of rewriting it. A
+    sealed one (a publish that died before its record) is validated again,
+    but nothing is written under it: its report is the one publish relied on.
     """
     confined_root(root)
     target = Dataset(root).version(version)

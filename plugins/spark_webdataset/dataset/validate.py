@@ -4,8 +4,11 @@ Checks everything docs/versions.md "Validate" lists (tar damage, unsafe or missh
 names, grouping, repeated fields, required fields, keys across shards,
 counts/bytes/crc32c against the manifest (and sha256 where an older or
 checksum=sha256 manifest has it), missing and unlisted shards) and writes
-`_validation.json` next to the manifest, with each shard's crc32c and
-sha256 (publish puts the sha256 in the index). Shards are checked in
+`_validation.json` next to the manifest, with each shard's crc32c,
+sha256 (publish puts the sha256 in the index) and the storage identity
+of the bytes it checked. A sealed or published version gets no report
+under it (the one publish relied on is part of the version): the verdict
+is returned, and written only where the caller says. Shards are checked in
 a local process pool, or by a Spark job (one task per shard, jobs/validate_spark.py)
 for versions of thousands of shards. Keys are proven unique across the version by
 merging sorted per-shard runs (pool) or by Spark's group-by (Spark); the same
@@ -21,6 +24,7 @@ import json
 import os
 import tempfile
 import time
+import uuid
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
@@ -31,12 +35,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import BadOption, ChecksumMismatch, VersionSealed, WebDatasetError
+from ..format.checksums import crc32c_extend, crc32c_text
 from ..format.keys import count_duplicates, merge_blocks
-from ..format.manifest import Manifest
+from ..format.manifest import Manifest, ShardEntry
 from ..format.sample_index import index_block_rows
 from ..format.verify import ShardReport, check_shard
 from .layout import MANIFEST_NAME, METADATA_FILES, Version
-from ..storage import storage_for
+from .lock import CommitLock
+from ..storage import Storage, storage_for
+from ..storage.base import StoredObject
+from ..testing import faults
 
 VALIDATION_KIND = "spark-webdataset-validation-v1"
 MAX_REPORTED_ERRORS = 100
@@ -48,6 +57,8 @@ IndexRows = Callable[[], Iterator[pa.RecordBatch]] | None
 ShardCheck = Callable[[str, list, Sequence[str], IndexRows], tuple[list[dict], Duplicates, list[str]]]
 RUN_SCHEMA = pa.schema([("key", pa.large_string()), ("offset", pa.int64()), ("length", pa.int64())])
 RUN_BLOCK_KEYS = 1 << 16
+READ_CHUNK_BYTES = 8 << 20  # a referenced shard whose identity moved is read this much at a time
+REFERENCE_READ_THREADS = 4  # such shards read at once (I/O: the crc32c releases the GIL)
 
 
 @dataclass
@@ -58,6 +69,13 @@ class ValidationReport:
     errors: list[dict] = field(default_factory=list)
     error_count: int = 0
     seconds: float = 0.0
+    written_to: str | None = None  # where the report went (None: nowhere)
+    sealed: bool = False  # the version is sealed or published: nothing was written under it
+
+    @property
+    def errors_truncated(self) -> bool:
+        """`errors` lists the first MAX_REPORTED_ERRORS of `error_count`."""
+        return self.error_count > len(self.errors)
 
     @property
     def ok(self) -> bool:
@@ -85,7 +103,8 @@ class ValidationReport:
             "samples": self.samples,
             "bytes": self.bytes,
             "shard_count": len(self.shards),
-            "error_count": self.error_count,
+            "error_count": self.error_count,  # every error found
+            "errors_truncated": self.errors_truncated,  # `errors` lists only the first MAX_REPORTED_ERRORS
             "errors": self.errors,
             "shards": self.shards,
             "run": {
@@ -108,6 +127,12 @@ class ValidationReport:
                 if error.get(k) is not None
             )
             lines.append(f"  - {where}: {error['error']}")
+        if self.error_count > min(len(self.errors), 10):
+            lines.append(f"  ({self.error_count - min(len(self.errors), 10)} more error(s) not shown)")
+        if self.written_to is not None:
+            lines.append(f"report written to {self.written_to}")
+        elif self.sealed:
+            lines.append("the version is sealed: nothing written under it (--report PATH writes the report elsewhere)")
         return "\n".join(lines)
 
 
@@ -266,12 +291,18 @@ def validate_version(
     write_report: bool = True,
     progress: bool = False,
     full: bool = False,
+    report_path: str | None = None,
 ) -> ValidationReport:
-    """Validate the version directory `uri`; write `_validation.json` unless told not to.
+    """Validate the version directory `uri`; write `_validation.json` unless told not to, or unless
+    the version is sealed or published (a sealed version's report is the one publish relied on:
+    it never changes); write the report to `report_path` too if given.
     `check` checks the shards elsewhere (jobs.validate_spark: a Spark job); default: a local pool.
-    A shard referenced from a parent is proven unchanged without reading it, unless `full`: then
-    every shard is opened, wherever it is stored."""
+    A shard referenced from a parent is proven unchanged without reading it when its storage
+    identity is the one its own version's validation recorded, else read and its crc32c checked;
+    with `full`, every shard is opened, wherever it is stored."""
     started = time.monotonic()
+    if report_path is not None:
+        report_path = _check_report_path(report_path)
     version = Version.at(uri)
     uri = version.uri
     storage = version.storage
@@ -284,6 +315,9 @@ def validate_version(
     manifest = Manifest.from_json(manifest_bytes)
     report = ValidationReport(uri, hashlib.sha256(manifest_bytes).hexdigest())
     _check_totals(json.loads(manifest_bytes), manifest, report)
+    # Taken before any byte is read: a shard rewritten while (or after) it is checked gets another
+    # identity than the one recorded, so whoever trusts this report reads it again.
+    identities = storage.identities(uri)
     present = {n: s for n, s in storage.list_sizes(uri).items() if n not in METADATA_FILES and not n.startswith(".")}
     for name in sorted(present):
         if not name.endswith(".tar"):
@@ -295,11 +329,13 @@ def validate_version(
         results, duplicates, index_errors = check(uri, tasks, required, index)
     else:
         results, duplicates, index_errors = _check_with_pool(uri, tasks, required, workers, progress, index)
-    identities = storage.identities(uri)  # recorded: a child proves a referenced shard unchanged by it
+    faults.point("validate:shards-checked")
     for result in results:
-        for error in result.pop("error_list"):
+        shard_errors = result.pop("error_list")
+        for error in shard_errors:
             report.add_error(error["error"], error["shard"], error["offset"], error["key"])
-        result["identity"] = _as_json(identities.get(result["name"]))
+        report.error_count += max(0, result["errors"] - len(shard_errors))  # found, but past the shard's list
+        result["identity"] = _as_json(identities.get(result["name"]))  # a child trusts these bytes by it
         report.shards.append(result)
     duplicate_count, listed = duplicates
     for key, shards in listed:
@@ -315,9 +351,51 @@ def validate_version(
         for error in _check_index_counts(version, manifest):
             report.add_error(error)
     report.seconds = time.monotonic() - started
+    if report_path is not None:
+        try:
+            storage_for(report_path).write_atomic(report_path, report.to_json())
+        except (OSError, ValueError) as error:  # a directory, a name too long, a NUL: the option's fault
+            raise BadOption(f"--report {report_path}: cannot write the report there: {error}") from None
+        report.written_to = report_path
     if write_report:
-        storage.write_atomic(version.validation_uri, report.to_json())
+        _write_unless_sealed(version, report)
     return report
+
+
+def _check_report_path(report_path: str) -> str:
+    """The report path, absolute; VersionSealed if it is inside a sealed or published version
+    (writing it would change that version)."""
+    path = report_path[len("file://") :] if report_path.startswith("file://") else report_path
+    if "://" not in path:
+        path = os.path.abspath(path)
+        if os.path.isdir(path):
+            raise BadOption(f"--report {report_path}: is a directory; name the report file")
+    directory = path.rsplit("/", 1)[0]
+    while "/" in directory.split("://", 1)[-1]:
+        holder = Version.at(directory)
+        if holder.dataset is not None and (holder.is_sealed() or holder.is_published()):
+            raise VersionSealed(
+                f"--report {report_path}: inside version {holder.name!r} at {holder.uri}, which is sealed or "
+                "published: nothing may be written under it; write the report elsewhere"
+            )
+        directory = directory.rsplit("/", 1)[0]
+    return path
+
+
+def _write_unless_sealed(version: Version, report: ValidationReport) -> None:
+    """`_validation.json` under the version, unless it is sealed or published. Under the commit
+    lock, which publish holds from reading the report until the seal is on: a validation racing a
+    publish either lands before publish reads the report or sees the seal and writes nothing."""
+    if version.is_sealed() or version.is_published():
+        report.sealed = True
+        return
+    with CommitLock(version, f"validate-{uuid.uuid4().hex}"):
+        if version.is_sealed() or version.is_published():
+            report.sealed = True
+            return
+        version.storage.write_atomic(version.validation_uri, report.to_json())
+    if report.written_to is None:
+        report.written_to = version.validation_uri
 
 
 def _check_totals(document: dict, manifest: Manifest, report: ValidationReport) -> None:
@@ -329,11 +407,16 @@ def _check_totals(document: dict, manifest: Manifest, report: ValidationReport) 
 
 
 def _check_references(version: Version, manifest: Manifest, report: ValidationReport) -> list[dict]:
-    """Shards referenced from a parent, proven unchanged without reading them: each one's size (the
-    listing) and crc32c (its own version's validation report, and on gs:// the object's) must be
-    what the manifest says. An error names the shard and the version that stores it. One listing
-    and one report read a version that stores some, `rename_threads` versions at a time (a long
-    chain of versions is many round trips on an object store)."""
+    """Shards referenced from a parent, proven unchanged against the sealed validation report of
+    the version that stores each: that report must say ok, for this shard too, with the crc32c
+    the manifest says; the listing must show the size it says (and on gs:// the server's crc32c).
+    A storage identity is a cache of "already verified", not the proof: a shard whose identity is
+    the one that report recorded is not read; one whose identity moved (a copied root, a rewrite,
+    a report from before reports recorded identities) is read and its crc32c checked, so equal
+    bytes pass and different bytes fail (ChecksumMismatch). An error names the shard and the
+    version that stores it. One listing and one report read a version that stores some,
+    `rename_threads` versions at a time (a long chain of versions is many round trips on an
+    object store)."""
     by_version: dict[str, list] = {}
     for shard in manifest.shards:
         if shard.version is not None:
@@ -343,41 +426,80 @@ def _check_references(version: Version, manifest: Manifest, report: ValidationRe
         return []
     dataset = version.dataset
 
-    def evidence(stored_in: str) -> tuple[dict, dict]:
+    def evidence(stored_in: str) -> tuple[dict[str, StoredObject], dict]:
         holder = dataset.version(stored_in)
-        checked = {row.get("name"): row for row in (holder.read_validation() or {}).get("shards", [])}
-        return holder.storage.objects(holder.uri), checked
+        return holder.storage.objects(holder.uri), holder.read_validation() or {}
 
     threads = max(1, min(version.storage.rename_threads, len(by_version)))
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="webdataset-references") as pool:
         found_by_version = dict(zip(sorted(by_version), pool.map(evidence, sorted(by_version))))
-    results = []
+    checks: list[tuple[str, ShardEntry, StoredObject | None, dict, list[str], bool]] = []
     for stored_in, shards in sorted(by_version.items()):
-        stored, checked = found_by_version[stored_in]
+        stored, validation = found_by_version[stored_in]
+        checked = {row.get("name"): row for row in validation.get("shards", [])}
         for shard in shards:
             where = f"shard {shard.name} of version {stored_in}"
             found = checked.get(shard.name) or {}
             listed = stored.get(shard.name)
             problems = []
+            if validation.get("ok") is not True:
+                problems.append(f"referenced {where}: version {stored_in}'s validation report "
+                                f"says ok: {validation.get('ok')} (a version that failed validation proves nothing)")
             if listed is None or listed.size != shard.bytes:
                 size = None if listed is None else listed.size
-                problems.append(f"{where} is {size} bytes on storage, the manifest says {shard.bytes}")
-            if found.get("crc32c") != shard.crc32c or not found.get("ok", False):
-                problems.append(f"{where}: its version's validation has crc32c {found.get('crc32c')} (ok: "
+                problems.append(f"referenced {where} is {size} bytes on storage, the manifest says {shard.bytes}")
+            if found.get("crc32c") != shard.crc32c or found.get("ok") is not True:
+                problems.append(f"referenced {where}: its version's validation has crc32c {found.get('crc32c')} (ok: "
                                 f"{found.get('ok')}), the manifest says {shard.crc32c}")
-            # (a report written before reports recorded identities proves size and crc32c only)
-            identity = None if listed is None else _as_json(listed.identity)
-            if found.get("identity") is not None and identity != found["identity"]:
-                problems.append(f"{where} was rewritten after its version was validated")
             if listed is not None and listed.crc32c is not None and listed.crc32c != shard.crc32c:
-                problems.append(f"{where} has crc32c {listed.crc32c} on the server, the manifest says {shard.crc32c}")
-            for problem in problems:
-                report.add_error(f"referenced {problem}: it changed after it was published", shard.location)
-            results.append({
-                "name": shard.location, "ok": not problems, "samples": shard.samples, "bytes": shard.bytes,
-                "crc32c": shard.crc32c, "sha256": found.get("sha256"), "errors": len(problems), "referenced": True,
-            })  # fmt: skip
+                problems.append(f"referenced {where} has crc32c {listed.crc32c} on the server, the manifest says {shard.crc32c}")
+            # the cache: these bytes were verified by that validation only if the identity is the same
+            trusted = listed is not None and found.get("identity") is not None and _as_json(listed.identity) == found["identity"]
+            checks.append((stored_in, shard, listed, found, problems, not trusted and listed is not None))
+    readers = max(1, min(REFERENCE_READ_THREADS, sum(1 for check in checks if check[-1])))
+    with ThreadPoolExecutor(max_workers=readers, thread_name_prefix="webdataset-reference-reads") as pool:
+        reads = [pool.submit(_read_back, version, stored_in, shard) if read else None
+                 for stored_in, shard, _, _, _, read in checks]  # fmt: skip
+    results = []
+    for (stored_in, shard, listed, found, problems, read), future in zip(checks, reads):
+        if future is not None:
+            problems.extend(future.result())
+        for problem in problems:
+            report.add_error(f"{problem}: it changed after it was published", shard.location)
+        results.append({
+            "name": shard.location, "ok": not problems, "samples": shard.samples, "bytes": shard.bytes,
+            "crc32c": shard.crc32c, "sha256": found.get("sha256"), "errors": len(problems), "referenced": True,
+            "identity": None if listed is None else _as_json(listed.identity),  # what this validation verified
+            "verified_by": "read" if read else "identity" if listed is not None else None,  # None: not found
+        })  # fmt: skip
     return results
+
+
+def _read_back(version: Version, stored_in: str, shard: ShardEntry) -> list[str]:
+    """Read a referenced shard whose storage identity moved; what is wrong with its bytes (none: equal)."""
+    where = f"shard {shard.name} of version {stored_in}"
+    path = version.entry_uri(shard)
+    try:
+        crc, size = _stored_crc32c(version.storage, path)
+    except WebDatasetError as error:
+        return [f"referenced {where} could not be read: {type(error).__name__}: {error}"]
+    if (crc, size) == (shard.crc32c, shard.bytes):
+        return []
+    mismatch = ChecksumMismatch(
+        f"referenced {where} ({path}) has crc32c {crc} ({size} bytes), read now because its storage identity "
+        f"is not the one version {stored_in}'s validation recorded; the manifest says {shard.crc32c} ({shard.bytes} bytes)"
+    )
+    return [f"{type(mismatch).__name__}: {mismatch}"]
+
+
+def _stored_crc32c(storage: Storage, path: str) -> tuple[str, int]:
+    """crc32c (as GCS spells it) and size of the object's bytes, read once."""
+    crc, size = 0, 0
+    with storage.open_read(path) as stream:
+        while chunk := stream.read(READ_CHUNK_BYTES):
+            crc = crc32c_extend(crc, chunk)
+            size += len(chunk)
+    return crc32c_text(crc), size
 
 
 def _check_index_counts(version: Version, manifest: Manifest) -> list[str]:

@@ -68,7 +68,10 @@ class Storage(ABC):
     @abstractmethod
     def identities(self, directory: str) -> dict[str, object]:
         """Names (one level) and identities of the objects in `directory`: an identity changes
-        whenever another object takes the name (a GCS generation; locally inode, mtime and size)."""
+        whenever another object takes the name or its bytes are written (a GCS generation; locally
+        inode, mtime, ctime and size). It is a cache of "already verified", never the proof: an
+        equal identity means the bytes verified then are still there; a different one (a copied
+        root, a rewrite) means read them again. It says nothing of which bytes an object holds."""
 
     @abstractmethod
     def delete_if_identity(self, path: str, identity: object) -> bool:

@@ -19,8 +19,10 @@ def local_path(uri: str) -> str:
     return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
-def _identity(status: os.stat_result) -> tuple[int, int, int]:
-    return status.st_ino, status.st_mtime_ns, status.st_size
+def _identity(status: os.stat_result) -> tuple[int, int, int, int]:
+    """Which file holds a name: inode, mtime, ctime, size. A user can set mtime back (`os.utime`),
+    never ctime: any write to the bytes, or the utime that hides it, moves ctime."""
+    return status.st_ino, status.st_mtime_ns, status.st_ctime_ns, status.st_size
 
 
 def _fsync_dir(directory: str) -> None:
