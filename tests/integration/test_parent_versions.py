@@ -120,7 +120,7 @@ def test_validation_names_a_referenced_shard_that_changed_and_the_version_storin
     report_path.write_text(recorded)
     shard = sorted((root / "versions" / "v1").glob("shard-*.tar"))[0]
     data = bytearray(shard.read_bytes())
-    data[600] ^= 1  # one byte, same size: proven changed without reading it (its identity moved)
+    data[600] ^= 1  # one byte, same size: its identity moved, so validation reads it and its crc32c differs
     shard.write_bytes(bytes(data))
     report = validate_version(str(child))
     assert not report.ok

@@ -64,15 +64,17 @@ class ShardReport:
     crc32c: str = ""
     sha256: str = ""
     errors: list[dict] = field(default_factory=list)
+    error_count: int = 0  # every error found; `errors` lists the first MAX_ERRORS_PER_SHARD
     keys: list[str] = field(default_factory=list)  # in shard order; sorted by the caller
     offsets: list[int] = field(default_factory=list)  # of each sample, in shard order
     lengths: list[int] = field(default_factory=list)  # of each sample's bytes
 
     @property
     def ok(self) -> bool:
-        return not self.errors
+        return not self.error_count
 
     def error(self, message: str, offset: int | None = None, key: str | None = None) -> None:
+        self.error_count += 1
         if len(self.errors) < MAX_ERRORS_PER_SHARD:
             self.errors.append({"shard": self.name, "offset": offset, "key": key, "error": message})
 
@@ -84,7 +86,7 @@ class ShardReport:
             "bytes": self.bytes,
             "crc32c": self.crc32c,
             "sha256": self.sha256,
-            "errors": len(self.errors),
+            "errors": self.error_count,
         }
 
 
