@@ -12,7 +12,7 @@ import pytest
 from spark_webdataset.errors import DuplicateKey, from_spark
 from spark_webdataset.testing import faults
 
-from tests.support.helpers import assert_version_consistent, failed_task_attempts, manifest, shard_paths
+from tests.support.helpers import assert_version_consistent, failed_task_attempts, manifest, run_until_every_task_ended, shard_paths
 
 pytestmark = pytest.mark.slow
 
@@ -51,8 +51,10 @@ def test_failed_job_leaves_no_manifest_and_next_run_cleans_staging(spark, tmp_pa
     bad = keyed_frame(spark).selectExpr(
         "CASE WHEN __key__ = 's00500' THEN 'bad.key' ELSE __key__ END AS __key__", "bin", "cls"
     )
-    with pytest.raises(Exception, match="invalid sample key 'bad.key'"):
-        bad.write.format("webdataset").option("maxShardBytes", "64KiB").mode("overwrite").save(str(target))
+    with pytest.raises(Exception, match="invalid sample key 'bad.key'"):  # nothing is left once every task ended
+        run_until_every_task_ended(
+            spark, lambda: bad.write.format("webdataset").option("maxShardBytes", "64KiB").mode("overwrite").save(str(target))
+        )
     assert not (target / "_manifest.json").exists()
     assert not shard_paths(target)
     assert not list(target.rglob("*.tar"))

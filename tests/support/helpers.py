@@ -227,3 +227,33 @@ def publish_race(root: str | Path, versions: list[str]) -> list[str]:
         barrier = manager.Barrier(len(versions))
         with context.Pool(len(versions)) as pool:
             return pool.map(_publish_in_process, [(str(root), v, barrier) for v in versions])
+
+
+def run_until_every_task_ended(spark, action: Callable[[], object], timeout: float = 120) -> None:
+    """Run `action` (a Spark action, which may raise) in a job group of its own, then wait until every
+    task of its jobs has ended, as Spark's status store counts them: a failed job's `save()` raises
+    while sibling tasks still run (Spark does not wait for them before `abort()`), and what such a
+    task leaves is only final once it ended."""
+    import uuid
+
+    context = spark.sparkContext
+    group = f"every-task-ended-{uuid.uuid4().hex}"
+    properties = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+    previous = {name: context.getLocalProperty(name) for name in properties}
+    context.setJobGroup(group, "test: wait for every task to end")
+    try:
+        action()
+    finally:
+        for name, value in previous.items():
+            context.setLocalProperty(name, value)  # None removes it
+        tracker = context.statusTracker()
+        deadline = time.monotonic() + timeout
+        while True:
+            jobs = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup(group)]
+            stages = [tracker.getStageInfo(stage) for job in jobs if job is not None for stage in job.stageIds]
+            if all(job is not None and job.status in ("SUCCEEDED", "FAILED") for job in jobs) and all(
+                stage is None or stage.numActiveTasks == 0 for stage in stages
+            ):
+                break
+            assert time.monotonic() < deadline, f"the tasks of {group} did not end: {stages}"
+            time.sleep(0.05)
