@@ -122,3 +122,24 @@ def test_plain_tars_without_a_manifest_read_as_they_are(spark, version: Path, tm
         shutil.copy(shard, plain / shard.name)
     rows = {r["__key__"]: r["txt"] for r in _read(spark, plain).collect()}
     assert len(rows) == SAMPLES and rows["00150"] != b"text 150 " * 12
+
+
+def test_on_gcs_a_flipped_byte_fails_whole_and_ranged_reads_and_intact_ones_pass(spark, bucket) -> None:
+    """The emulator's objects: the whole-shard check over GCS's streaming reader, the ranged one over ranged GETs."""
+    from spark_webdataset.storage import storage_for
+
+    version = f"{bucket}/checks/versions/v1"
+    frame = spark.range(0, 400, 1, 2).selectExpr("format_string('k%05d', id) AS __key__", "repeat(cast(id AS STRING), 50) AS txt")
+    frame.write.format("webdataset").option("maxShardBytes", "64KiB").mode("overwrite").save(version)
+    read = lambda **options: _read(spark, version, "__key__ string, txt string", **options).collect()  # noqa: E731
+    assert len(read()) == 400 and [r["__key__"] for r in read(keyMin="k00200", keyMax="k00201")] == ["k00200", "k00201"]
+    entry = spark_webdataset.open(version).locate("k00200")
+    storage = storage_for(version)
+    shard = f"{version}/{entry.shard}"
+    data = bytearray(storage.read_bytes(shard))
+    data[entry.offset + 512 + 3] ^= 0x01
+    storage.write_atomic(shard, bytes(data))
+    error, raw = _typed(read)
+    assert isinstance(error, ChecksumMismatch) and entry.shard in str(error), raw
+    error, raw = _typed(lambda: read(keyMin="k00200", keyMax="k00200"))
+    assert isinstance(error, SampleMismatch) and "'k00200'" in str(error), raw
