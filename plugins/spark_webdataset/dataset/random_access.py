@@ -6,7 +6,10 @@ is cached (the footer and a block are one read each, on gs:// one request
 each). What is read is proven before it is returned: the bytes' crc32c is
 the index's, they parse by the format's rules as exactly one sample, and
 that sample has the key asked for; otherwise `SampleMismatch` names the
-shard and the offset. Decoding is the caller's, as in webdataset.
+shard and the offset. Before that, the index row must lie inside a shard
+the manifest lists (`CorruptIndex` naming the index file, no byte read),
+and a damaged index or manifest file is `CorruptIndex`/`CorruptManifest`
+naming it. Decoding is the caller's, as in webdataset.
 
 A reader pickles to its location alone (no client, no cache), so each
 worker of a torch `DataLoader` opens its own clients.
@@ -34,14 +37,18 @@ DEFAULT_CACHE_BLOCKS = 256  # index blocks kept (~8192 samples each): a million 
 def check_locations(manifest: Manifest, manifest_uri: str) -> Manifest:
     """`manifest` if every shard and its sample index are where the layout allows (inside the version,
     or `../<version>/<name>` for a referenced shard); CorruptManifest naming the file if not."""
-    try:
-        for entry in manifest.shards:
+    for entry in manifest.shards:
+        try:
             check_shard_location(entry.location)
-        if manifest.sample_index is not None:
-            if sample_index_path(sample_index_serial(manifest.sample_index)) != manifest.sample_index:
-                raise InputError(f"sample index {manifest.sample_index!r} is not a path the writer gives")
-    except (InputError, ValueError) as error:
-        raise CorruptManifest(f"{manifest_uri}: {error}") from None
+        except InputError as error:
+            raise CorruptManifest(f"{manifest_uri}: shard location {entry.location!r}: {error}") from None
+    index = manifest.sample_index
+    try:
+        known = index is None or sample_index_path(sample_index_serial(index)) == index
+    except ValueError:
+        known = False
+    if not known:
+        raise CorruptManifest(f"{manifest_uri}: sample index {index!r} is not a path the writer gives ({sample_index_path(0)}, ...)")
     return manifest
 
 

@@ -246,3 +246,26 @@ def test_cli_get_names_a_row_out_of_bounds_without_a_traceback(version: Path) ->
 
 def test_errors_are_ours(version: Path) -> None:
     assert issubclass(CorruptIndex, WebDatasetError) and issubclass(CorruptManifest, WebDatasetError)
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"__kind__": "spark-webdataset-manifest-v1", "shards": [{"name": "../../x.tar"}]}'])
+def test_the_spark_readers_planning_names_a_garbage_manifest(version: Path, text: str) -> None:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from spark_webdataset.spark.options import ReadOptions
+    from spark_webdataset.spark.reader import WebDatasetReader
+
+    (version / "_manifest.json").write_text(text)
+    with pytest.raises(CorruptManifest) as caught:
+        WebDatasetReader(ReadOptions(str(version)), StructType([StructField("__key__", StringType())]))
+    assert str(version / "_manifest.json") in str(caught.value)
+
+
+def test_a_manifest_placing_a_shard_outside_its_version_is_refused(version: Path) -> None:
+    """Well-typed, but `../../x.tar` is not a shard location: nothing outside the version is opened."""
+    document = json.loads((version / "_manifest.json").read_text())
+    document["shards"][0]["name"] = "../../outside.tar"
+    (version / "_manifest.json").write_text(json.dumps(document))
+    with pytest.raises(CorruptManifest) as caught:
+        spark_webdataset.open(str(version))
+    assert str(version / "_manifest.json") in str(caught.value) and "outside.tar" in str(caught.value)
