@@ -178,6 +178,15 @@ class SampleMismatch(ManifestChanged):
     """A sample read by the index whose bytes are not what was written (crc32c, key or tar shape); names shard and offset."""
 
 
+class CorruptIndex(ManifestChanged):
+    """A sample index file that does not read as one (truncated, garbage, other columns) or a row that
+    cannot be where its shard is (offset, length, location); names the file and the rule."""
+
+
+class CorruptManifest(ManifestChanged):
+    """A `_manifest.json` that is not one (not JSON, wrong types, negative sizes); names the file and the rule."""
+
+
 class PublishRefused(VersionError):
     """Publishing was refused (not validated, invalid, or published with another manifest)."""
 

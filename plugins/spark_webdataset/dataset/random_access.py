@@ -6,7 +6,10 @@ is cached (the footer and a block are one read each, on gs:// one request
 each). What is read is proven before it is returned: the bytes' crc32c is
 the index's, they parse by the format's rules as exactly one sample, and
 that sample has the key asked for; otherwise `SampleMismatch` names the
-shard and the offset. Decoding is the caller's, as in webdataset.
+shard and the offset. Before that, the index row must lie inside a shard
+the manifest lists (`CorruptIndex` naming the index file, no byte read),
+and a damaged index or manifest file is `CorruptIndex`/`CorruptManifest`
+naming it. Decoding is the caller's, as in webdataset.
 
 A reader pickles to its location alone (no client, no cache), so each
 worker of a torch `DataLoader` opens its own clients.
@@ -17,17 +20,51 @@ from __future__ import annotations
 import io
 from typing import Any, Iterator, Sequence
 
-from ..errors import NoSampleIndex, NotCommitted, SampleMismatch, TarFormatError
+from ..errors import CorruptManifest, InputError, NoSampleIndex, NotCommitted, SampleMismatch, TarFormatError
+from ..format import manifest as manifests
 from ..format.checksums import crc32c_extend
 from ..format.manifest import Manifest
-from ..format.sample_index import Entry, IndexFile
-from ..format.sample_reader import iter_samples
+from ..format.sample_index import Entry, IndexFile, check_entry
+from ..format.sample_reader import READ_PIECE_BYTES, iter_samples
 from ..format.tar_rules import ZERO_BLOCK
 from ..storage import storage_for
-from ..storage.base import RangeFile
-from .layout import Dataset, Version
+from ..storage.base import RangeFile, Storage
+from .layout import Dataset, Version, check_shard_location, sample_index_path, sample_index_serial
 
 DEFAULT_CACHE_BLOCKS = 256  # index blocks kept (~8192 samples each): a million samples' index is 123
+
+
+def check_locations(manifest: Manifest, manifest_uri: str) -> Manifest:
+    """`manifest` if every shard and its sample index are where the layout allows (inside the version,
+    or `../<version>/<name>` for a referenced shard); CorruptManifest naming the file if not."""
+    for entry in manifest.shards:
+        try:
+            check_shard_location(entry.location)
+        except InputError as error:
+            raise CorruptManifest(f"{manifest_uri}: shard location {entry.location!r}: {error}") from None
+    index = manifest.sample_index
+    try:
+        known = index is None or sample_index_path(sample_index_serial(index)) == index
+    except ValueError:
+        known = False
+    if not known:
+        raise CorruptManifest(f"{manifest_uri}: sample index {index!r} is not a path the writer gives ({sample_index_path(0)}, ...)")
+    return manifest
+
+
+def read_bounded(storage: Storage, uri: str, offset: int, length: int) -> bytes:
+    """`length` bytes from `offset` (fewer at the object's end): one request, or for a length over
+    READ_PIECE_BYTES pieces of it until one comes back short, so memory is what the object holds."""
+    if length <= READ_PIECE_BYTES:
+        return storage.read_range(uri, offset, length)
+    pieces, left = [], length
+    while left > 0:
+        piece = storage.read_range(uri, offset, min(left, READ_PIECE_BYTES))
+        pieces.append(piece)
+        offset, left = offset + len(piece), left - len(piece)
+        if len(piece) < READ_PIECE_BYTES:
+            break
+    return b"".join(pieces)
 
 
 class _IndexOpener:
@@ -47,8 +84,9 @@ def index_file(version_uri: str, manifest: Manifest, cache_blocks: int = DEFAULT
             f"{version_uri} has no sample index (written before spark-webdataset kept one): "
             "write it again to read it by key"
         )
+    check_locations(manifest, Version.at(version_uri).manifest_uri)
     path = storage_for(version_uri).join(version_uri, manifest.sample_index)
-    return IndexFile(_IndexOpener(path, manifest.sample_index_bytes), cache_blocks)
+    return IndexFile(_IndexOpener(path, manifest.sample_index_bytes), cache_blocks, name=path)
 
 
 class VersionSamples(Sequence[dict]):
@@ -59,8 +97,9 @@ class VersionSamples(Sequence[dict]):
     def __init__(self, version_uri: str, manifest: Manifest, cache_blocks: int = DEFAULT_CACHE_BLOCKS) -> None:
         self.uri = version_uri
         self.fields = [field["name"] for field in manifest.fields]
+        self._index = index_file(version_uri, manifest, cache_blocks)  # the manifest's locations checked first
         self._shards = Version.at(version_uri).location_uris(manifest)  # location -> where its bytes are
-        self._index = index_file(version_uri, manifest, cache_blocks)
+        self._sizes = {entry.location: entry.bytes for entry in manifest.shards}
         self._samples = manifest.samples
 
     def __len__(self) -> int:
@@ -96,15 +135,11 @@ class VersionSamples(Sequence[dict]):
         return self._index.keys()
 
     def read(self, entry: Entry) -> dict[str, Any]:
-        """The sample `entry` locates: one ranged read, proven against the entry (else SampleMismatch)."""
-        shard = self._shards.get(entry.shard)
-        if shard is None:
-            raise SampleMismatch(
-                f"{self.uri}: the sample index puts {entry.key!r} in shard {entry.shard!r}, which the manifest "
-                "does not list: the index does not belong to this version"
-            )
-        storage = storage_for(shard)
-        data = storage.read_range(shard, entry.offset, entry.length)
+        """The sample `entry` locates: one ranged read, proven against the entry (else SampleMismatch);
+        an entry that cannot be in its shard is CorruptIndex before anything is read."""
+        check_entry(entry, self._sizes, self._index.name)
+        shard = self._shards[entry.shard]
+        data = read_bounded(storage_for(shard), shard, entry.offset, entry.length)
         where = f"shard {shard} at offset {entry.offset}"
         if len(data) != entry.length or crc32c_extend(0, data) != entry.crc32c:
             raise SampleMismatch(
@@ -135,14 +170,22 @@ def open_samples(uri: str, cache_blocks: int = DEFAULT_CACHE_BLOCKS) -> VersionS
     """Random access to a version directory, or to a dataset root's LATEST (checked against its publish record)."""
     version = Version.at(uri)
     if version.id is not None:  # ROOT/versions/ID: its manifest first, no requests about roots
-        manifest = version.committed_manifest()
+        with manifests.naming(lambda: version.manifest_uri):
+            manifest = version.committed_manifest()
         if manifest is not None:
             return VersionSamples(version.uri, manifest, cache_blocks)
     dataset = Dataset(uri)
     if dataset.is_dataset_root():
-        version, manifest = dataset.latest()
+        with manifests.naming(lambda: latest_manifest_uri(dataset)):
+            version, manifest = dataset.latest()
         return VersionSamples(version.uri, manifest, cache_blocks)
-    found = version.committed_manifest()
+    with manifests.naming(lambda: version.manifest_uri):
+        found = version.committed_manifest()
     if found is None:
         raise NotCommitted(f"{uri}: no manifest there: not a version our writer committed, nor a dataset root")
     return VersionSamples(version.uri, found, cache_blocks)
+
+
+def latest_manifest_uri(dataset: Dataset) -> str:
+    """The manifest file of the dataset's LATEST version (to name it in an error)."""
+    return dataset.version(dataset.read_latest() or "").manifest_uri

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
+from typing import BinaryIO
 
+import numpy as np
 from google_crc32c import extend as _extend
 
 CRC32C = "crc32c"
@@ -54,3 +57,54 @@ class Digests:
     @property
     def sha256(self) -> str:
         return self.sha.hexdigest()
+
+
+def crc32c_view(crc: int, view) -> int:
+    """`crc` extended by a writable buffer (a bytearray, a memoryview of one) read in place."""
+    return _extend(crc, np.frombuffer(view, np.uint8)) if len(view) else crc
+
+
+class Crc32cReader(io.RawIOBase):
+    """A stream's bytes, their crc32c computed as they pass (in place: no copy, no Python call a
+    sample). Not seekable, so a parser reads every byte rather than seeking over payloads;
+    `finish()` reads what the parser left after the end of the archive, so `crc`/`count` cover
+    the whole object."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.crc = 0
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readinto(self, target) -> int:  # type: ignore[override]
+        view = memoryview(target).cast("B")
+        reader = getattr(self.stream, "readinto", None)
+        if reader is not None:
+            got = reader(view) or 0
+        else:
+            data = self.stream.read(len(view))
+            got = len(data)
+            view[:got] = data
+        self.crc = crc32c_view(self.crc, view[:got])
+        self.count += got
+        return got
+
+    def finish(self, piece: int = 1 << 20) -> "Crc32cReader":
+        """Read (and checksum) the rest of the stream, a piece at a time."""
+        buffer = bytearray(piece)
+        while self.readinto(buffer):
+            pass
+        return self
+
+    @property
+    def crc32c(self) -> str:
+        return crc32c_text(self.crc)
+
+    def close(self) -> None:
+        self.stream.close()
+        super().close()

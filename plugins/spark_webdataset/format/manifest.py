@@ -6,10 +6,15 @@ differs between runs (application id, job id, time) lives under "run".
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextlib
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from ..errors import CorruptManifest
 
 if TYPE_CHECKING:
     from .shard_writer import ShardInfo
@@ -115,18 +120,30 @@ class Manifest:
         return (json.dumps(document, indent=1, sort_keys=False, ensure_ascii=False) + "\n").encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> "Manifest":
-        document = json.loads(data)
-        if document.get("__kind__") != MANIFEST_KIND:
-            raise ValueError(f"not a spark-webdataset manifest (__kind__={document.get('__kind__')!r})")
+    def from_json(cls, data: bytes, source: str | None = None) -> "Manifest":
+        """The manifest in `data`; CorruptManifest (naming `source`, the file) if it is not one:
+        not JSON, another kind, a value of the wrong type or a negative size."""
+        where = source or "manifest"
+        try:
+            document = json.loads(data)
+        except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise CorruptManifest(f"{where}: not JSON ({error})") from None
+        if not isinstance(document, dict) or document.get("__kind__") != MANIFEST_KIND:
+            kind = document.get("__kind__") if isinstance(document, dict) else type(document).__name__
+            raise CorruptManifest(f"{where}: not a spark-webdataset manifest (__kind__={kind!r})")
+        shards = _field(document, "shards", list, where)
+        fields = _field(document, "fields", list, where)
+        for number, entry in enumerate(fields):
+            if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("name", "type")):
+                raise CorruptManifest(f"{where}: fields[{number}] is {entry!r}, not a {{name, type}} of strings")
         return cls(
-            shards=[ShardEntry(**shard) for shard in document["shards"]],
-            fields=document["fields"],
-            options=document["options"],
-            run=document.get("run", {}),
-            sample_index=document.get("sample_index"),
-            sample_index_bytes=document.get("sample_index_bytes"),
-            parent=document.get("parent"),
+            shards=[_shard_entry(entry, f"{where}: shards[{number}]") for number, entry in enumerate(shards)],
+            fields=fields,
+            options=_field(document, "options", dict, where),
+            run=_field(document, "run", dict, where, {}),
+            sample_index=_field(document, "sample_index", str, where, None),
+            sample_index_bytes=_size(document, "sample_index_bytes", where, None),
+            parent=_field(document, "parent", str, where, None),
         )
 
     def content(self) -> dict[str, Any]:
@@ -134,3 +151,81 @@ class Manifest:
         document = json.loads(self.to_json())
         document.pop("run")
         return document
+
+
+_REQUIRED = object()
+_SHARD_TEXT = ("name", "first_key", "last_key")
+_SHARD_FIELDS = {field.name for field in dataclasses.fields(ShardEntry)}
+
+
+def _field(document: dict, name: str, kind: type, where: str, default: Any = _REQUIRED) -> Any:
+    """`document[name]`, of type `kind` (None allowed when there is a default)."""
+    if name not in document or (default is not _REQUIRED and document[name] is None):
+        if default is _REQUIRED:
+            raise CorruptManifest(f"{where}: no {name!r}")
+        return default
+    value = document[name]
+    if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
+        raise CorruptManifest(f"{where}: {name!r} is {_short(value)}, not a {kind.__name__}")
+    return value
+
+
+def _size(document: dict, name: str, where: str, default: Any = _REQUIRED) -> Any:
+    """A count or a size: a whole number >= 0."""
+    value = _field(document, name, int, where, default)
+    if isinstance(value, int) and value < 0:
+        raise CorruptManifest(f"{where}: {name!r} is {value}, not a whole number >= 0")
+    return value
+
+
+def _shard_entry(entry: object, where: str) -> ShardEntry:
+    if not isinstance(entry, dict):
+        raise CorruptManifest(f"{where} is {_short(entry)}, not an object")
+    unknown = set(entry) - _SHARD_FIELDS
+    if unknown:
+        raise CorruptManifest(f"{where} has unknown entries {sorted(unknown)!r}")
+    for name in _SHARD_TEXT:
+        _field(entry, name, str, where)
+    crc = _field(entry, "crc32c", str, where, None)
+    if crc is not None:
+        try:
+            valid = len(base64.b64decode(crc, validate=True)) == 4
+        except (binascii.Error, ValueError):
+            valid = False
+        if not valid:
+            raise CorruptManifest(f"{where}: 'crc32c' is {_short(crc)}, not the base64 of 4 bytes")
+    sha = _field(entry, "sha256", str, where, None)
+    if sha is not None and (len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha)):
+        raise CorruptManifest(f"{where}: 'sha256' is {_short(sha)}, not 64 hex digits")
+    return ShardEntry(
+        name=entry["name"],
+        samples=_size(entry, "samples", where),
+        bytes=_size(entry, "bytes", where),
+        first_key=entry["first_key"],
+        last_key=entry["last_key"],
+        crc32c=crc,
+        sha256=sha,
+        keys_ascending=_field(entry, "keys_ascending", bool, where, False),
+        version=_field(entry, "version", str, where, None),
+    )
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+@contextlib.contextmanager
+def naming(path: Callable[[], str]) -> Iterator[None]:
+    """A CorruptManifest raised inside names the file `path()` says (readers of manifests that
+    do not pass `source` to `from_json`)."""
+    try:
+        yield
+    except CorruptManifest as error:
+        try:
+            where = path()
+        except Exception:  # noqa: BLE001 - naming the file is best effort; the error is already typed
+            raise error from None
+        if where in str(error):
+            raise
+        raise CorruptManifest(f"{where}: {error}") from None

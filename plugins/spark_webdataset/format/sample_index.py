@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import io
 import threading
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import CorruptIndex, WebDatasetError
 from .keys import key_column
+from .tar_rules import BLOCK
 
 INDEX_KIND = "spark-webdataset-sample-index-v1"  # in the parquet file's key-value metadata
 # 8192 rows a block: a million synthetic samples (tests/unit/format/test_sample_index.py) gave a
@@ -46,6 +49,12 @@ INDEX_SCHEMA = pa.schema(
 TASK_SCHEMA = pa.schema([("key", pa.large_string()), ("shard", pa.int32()), *list(INDEX_SCHEMA)[2:]])
 # Rows as the commit merges them: the tasks' large keys, the shards' final names.
 MERGE_SCHEMA = pa.schema([("key", pa.large_string()), *list(INDEX_SCHEMA)[1:]])
+# A block read into memory is at most this large (uncompressed, by the footer): 8192 rows of keys
+# of a few KiB; a footer that claims more is damage, refused before a byte is decompressed.
+MAX_BLOCK_BYTES = 64 << 20
+MAX_BLOCK_ROWS = 1 << 20
+# What reading a damaged parquet file raises (pyarrow's errors are ValueError/OSError subclasses).
+_DAMAGE = (pa.ArrowException, OSError, ValueError, TypeError, KeyError, IndexError, MemoryError, EOFError, OverflowError)
 
 
 def task_rows(keys: pa.Array, shard: int, offsets, lengths, crcs) -> pa.RecordBatch:
@@ -130,6 +139,60 @@ class Entry:
     crc32c: int
 
 
+def check_entry(entry: Entry, shard_bytes: Mapping[str, int], index: str) -> Entry:
+    """`entry` if it can be where it says (CorruptIndex naming the `index` file and the key if not):
+    a shard the manifest lists (`shard_bytes`: location -> its bytes), an offset and a length on
+    tar blocks, the sample inside the shard, a crc32c. Checked before any byte is read, so a
+    damaged row costs no request and no allocation of its length."""
+    def refuse(rule: str) -> CorruptIndex:
+        return CorruptIndex(f"{index}: the row of sample {entry.key!r} ({entry.shard!r}, offset {entry.offset}, "
+                            f"length {entry.length}) {rule}: the index is damaged")
+
+    size = shard_bytes.get(entry.shard) if isinstance(entry.shard, str) else None
+    if size is None:
+        raise refuse("names a shard the manifest does not list")
+    if not isinstance(entry.offset, int) or entry.offset < 0 or entry.offset % BLOCK:
+        raise refuse(f"has an offset that is not a multiple of {BLOCK} >= 0")
+    if not isinstance(entry.length, int) or entry.length <= 0 or entry.length % BLOCK:
+        raise refuse(f"has a length that is not a multiple of {BLOCK} > 0")
+    if entry.offset + entry.length > size:
+        raise refuse(f"ends past the end of its shard ({size} bytes by the manifest)")
+    if not isinstance(entry.crc32c, int):
+        raise refuse("has no crc32c")
+    return entry
+
+
+@contextlib.contextmanager
+def damage_named(name: str) -> Iterator[None]:
+    """What pyarrow (or the bytes it decodes) raises on a damaged file, as CorruptIndex naming it."""
+    try:
+        yield
+    except WebDatasetError:
+        raise
+    except _DAMAGE as error:
+        text = str(error).splitlines()[0][:300] if str(error) else ""
+        raise CorruptIndex(f"{name}: not a readable sample index ({type(error).__name__}: {text})") from None
+
+
+def _check_schema(schema: pa.Schema, name: str) -> None:
+    problems = []
+    for wanted in INDEX_SCHEMA:
+        at = schema.get_field_index(wanted.name)
+        found = schema.field(at).type if at >= 0 else None
+        if found != wanted.type and not (wanted.name == "key" and found == pa.large_string()):
+            problems.append(f"{wanted.name!r} is {'missing' if found is None else found}, not {wanted.type}")
+    if problems:
+        raise CorruptIndex(f"{name}: not a sample index: column {'; column '.join(problems)}")
+
+
+def _check_group(group: pq.RowGroupMetaData, number: int, name: str) -> None:
+    if not 0 <= group.num_rows <= MAX_BLOCK_ROWS or not 0 <= group.total_byte_size <= MAX_BLOCK_BYTES:
+        raise CorruptIndex(
+            f"{name}: block {number} claims {group.num_rows} rows of {group.total_byte_size} bytes "
+            f"(at most {MAX_BLOCK_ROWS} rows, {MAX_BLOCK_BYTES} bytes): the index is damaged"
+        )
+
+
 class _Keys:
     """A sorted Arrow string column as a sequence `bisect` can search (log n scalars read, no copy)."""
 
@@ -144,7 +207,10 @@ class _Keys:
 
 
 class _Block:
-    def __init__(self, table: pa.Table) -> None:
+    def __init__(self, table: pa.Table, rows: int, name: str) -> None:
+        if table.num_rows != rows or table.column("key").null_count:
+            raise CorruptIndex(f"{name}: a block of {table.num_rows} rows (the footer says {rows}) "
+                               f"with {table.column('key').null_count} null keys: the index is damaged")
         table = table.combine_chunks()
         self.table = table
         self.keys = table.column("key").chunk(0) if table.num_rows else pa.array([], pa.string())
@@ -168,9 +234,10 @@ class IndexFile:
     Thread-safe: reads of the file are serialized, lookups in cached blocks
     are not."""
 
-    def __init__(self, open_file: Callable[[], BinaryIO], cache_blocks: int = 256) -> None:
+    def __init__(self, open_file: Callable[[], BinaryIO], cache_blocks: int = 256, name: str | None = None) -> None:
         self._open_file = open_file
         self._cache_blocks = cache_blocks
+        self.name = name or str(getattr(open_file, "uri", "the sample index"))  # in every error
         self._lock = threading.Lock()
         self._file: pq.ParquetFile | None = None
         self._blocks: collections.OrderedDict[int, _Block] = collections.OrderedDict()
@@ -180,16 +247,20 @@ class IndexFile:
     def _parquet(self) -> pq.ParquetFile:
         if self._file is None:
             self._source = self._open_file()
-            parquet = pq.ParquetFile(self._source)
-            metadata = parquet.metadata
-            starts, first_keys, at = [], [], 0
-            key_field = metadata.schema.names.index("key")
-            for number in range(metadata.num_row_groups):
-                group = metadata.row_group(number)
-                stats = group.column(key_field).statistics
-                starts.append(at)
-                first_keys.append(stats.min if stats is not None and stats.has_min_max else None)
-                at += group.num_rows
+            with damage_named(self.name):
+                parquet = pq.ParquetFile(self._source)
+                metadata = parquet.metadata
+                _check_schema(parquet.schema_arrow, self.name)
+                starts, first_keys, at = [], [], 0
+                key_field = metadata.schema.names.index("key")
+                for number in range(metadata.num_row_groups):
+                    group = metadata.row_group(number)
+                    _check_group(group, number, self.name)
+                    stats = group.column(key_field).statistics
+                    starts.append(at)
+                    first = stats.min if stats is not None and stats.has_min_max else None
+                    first_keys.append(first if isinstance(first, str) else None)
+                    at += group.num_rows
             self._starts, self._first_keys, self._rows = starts, first_keys, at
             self._file = parquet
         return self._file
@@ -208,10 +279,12 @@ class IndexFile:
             block = self._blocks.get(number)
             if block is None:
                 parquet = self._parquet()
-                prefetch = getattr(self._source, "prefetch", None)
-                if prefetch is not None:  # the block's column chunks in one read
-                    prefetch(*_row_group_range(parquet.metadata.row_group(number)))
-                block = _Block(parquet.read_row_group(number))
+                with damage_named(self.name):
+                    group = parquet.metadata.row_group(number)
+                    prefetch = getattr(self._source, "prefetch", None)
+                    if prefetch is not None:  # the block's column chunks in one read
+                        prefetch(*_row_group_range(group))
+                    block = _Block(parquet.read_row_group(number), group.num_rows, self.name)
                 self._blocks[number] = block
                 while len(self._blocks) > self._cache_blocks:
                     self._blocks.popitem(last=False)
@@ -260,10 +333,10 @@ class IndexFile:
             yield from self._block(number).keys.to_pylist()
 
     def __getstate__(self) -> dict:
-        return {"open_file": self._open_file, "cache_blocks": self._cache_blocks}
+        return {"open_file": self._open_file, "cache_blocks": self._cache_blocks, "name": self.name}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["open_file"], state["cache_blocks"])  # type: ignore[misc]
+        self.__init__(state["open_file"], state["cache_blocks"], state.get("name"))  # type: ignore[misc]
 
 
 def _row_group_range(group: pq.RowGroupMetaData) -> tuple[int, int]:
@@ -279,19 +352,37 @@ def _row_group_range(group: pq.RowGroupMetaData) -> tuple[int, int]:
     return min(starts), max(ends) - min(starts)
 
 
-def read_index(source: BinaryIO | bytes) -> pa.Table:
-    """The whole index as a table (validation, the reader's key filters, tests)."""
-    return pq.read_table(io.BytesIO(source) if isinstance(source, bytes) else source)
+def _name_of(source: BinaryIO | bytes, name: str | None) -> str:
+    return name or str(getattr(source, "name", None) or "the sample index")
 
 
-def index_block_rows(source: BinaryIO | bytes) -> Iterator[pa.RecordBatch]:
-    """The index's rows, a block at a time (memory: one block)."""
-    parquet = pq.ParquetFile(io.BytesIO(source) if isinstance(source, bytes) else source)
-    for number in range(parquet.num_row_groups):
-        yield from parquet.read_row_group(number).to_batches()
+def read_index(source: BinaryIO | bytes, name: str | None = None) -> pa.Table:
+    """The whole index as a table (validation, the reader's key filters, tests); CorruptIndex
+    naming `name` (or the stream's) if it does not read as one."""
+    name = _name_of(source, name)
+    with damage_named(name):
+        table = pq.read_table(io.BytesIO(source) if isinstance(source, bytes) else source)
+        _check_schema(table.schema, name)
+        return table
+
+
+def index_block_rows(source: BinaryIO | bytes, name: str | None = None) -> Iterator[pa.RecordBatch]:
+    """The index's rows, a block at a time (memory: one block); CorruptIndex naming `name` (or the
+    stream's) if it does not read as one."""
+    name = _name_of(source, name)
+    with damage_named(name):
+        parquet = pq.ParquetFile(io.BytesIO(source) if isinstance(source, bytes) else source)
+        _check_schema(parquet.schema_arrow, name)
+        groups = parquet.num_row_groups
+    for number in range(groups):
+        with damage_named(name):
+            _check_group(parquet.metadata.row_group(number), number, name)
+            batches = parquet.read_row_group(number).to_batches()
+        yield from batches
 
 
 __all__ = [
-    "BLOCK_ROWS", "Entry", "INDEX_SCHEMA", "IndexFile", "MERGE_SCHEMA", "TASK_SCHEMA", "concat_rows", "key_column", "named_rows", "task_rows",
+    "BLOCK_ROWS", "Entry", "INDEX_SCHEMA", "IndexFile", "MERGE_SCHEMA", "TASK_SCHEMA", "check_entry", "concat_rows",
+    "damage_named", "key_column", "named_rows", "task_rows",
     "write_index", "write_task_run",
 ]

@@ -8,6 +8,14 @@ schema leaves out are skipped in the tar, never read into Python. With
 key options, a version's sample index says which samples are in range:
 shards without one are not opened, and of the others only the selected
 samples' bytes are read (the whole shard when they are most of it).
+
+What is returned was checked (docs: "Every byte a reader returns was
+checked"): a whole shard of a version is read through a crc32c that is
+compared with its manifest entry's at the end of the shard (the task fails
+with ChecksumMismatch); selected samples are each compared with their
+index row's crc32c (SampleMismatch), and every index row is checked
+against the manifest before anything is read (CorruptIndex). Plain tars
+without a manifest have nothing to be checked against and read as they are.
 """
 
 from __future__ import annotations
@@ -22,7 +30,9 @@ from typing import Iterator, Sequence
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from ..errors import BadOption, InputError, ManifestChanged, TarFormatError
+from ..errors import BadOption, ChecksumMismatch, CorruptIndex, InputError, ManifestChanged, SampleMismatch, TarFormatError
+from ..format import manifest as manifests
+from ..format.checksums import Crc32cReader, crc32c_view
 from ..format.manifest import Manifest, ShardEntry
 from ..format.names import KEY_COLUMN
 from ..dataset.layout import Dataset, Version
@@ -68,13 +78,18 @@ def resolve_version(uri: str) -> tuple[list[str], Manifest | None, str | None]:
     if base.endswith(".tar") and storage.exists(base):
         return [base], None, None
     if not any(c in base for c in "*?[{"):
+        from ..dataset.random_access import check_locations, latest_manifest_uri
+
         dataset = Dataset(base)
         if dataset.is_dataset_root():
-            version, manifest = dataset.latest()
+            with manifests.naming(lambda: latest_manifest_uri(dataset)):
+                version, manifest = dataset.latest()
         else:
             version = Version.at(base)
-            manifest = version.committed_manifest()
+            with manifests.naming(lambda: version.manifest_uri):
+                manifest = version.committed_manifest()
         if manifest is not None:
+            check_locations(manifest, version.manifest_uri)
             return [version.entry_uri(shard) for shard in manifest.shards], manifest, version.uri
         names = sorted(n for n in storage.list_sizes(base) if n.endswith(".tar"))
         if not names:
@@ -93,22 +108,33 @@ def resolve_version(uri: str) -> tuple[list[str], Manifest | None, str | None]:
     return urls, None, None
 
 
-def selected_samples(version_uri: str, manifest: Manifest, keys: KeyRange) -> dict[str, list[tuple[int, int, str]]]:
-    """The samples in the key range by the version's index: shard location -> [(offset, length, key)] in shard order."""
+Selected = tuple[int, int, str, int]  # a selected sample: offset, length, key, crc32c (from the index)
+
+
+def selected_samples(version_uri: str, manifest: Manifest, keys: KeyRange) -> dict[str, list[Selected]]:
+    """The samples in the key range by the version's index: shard location -> [(offset, length, key,
+    crc32c)] in shard order; every row checked against the manifest first (CorruptIndex)."""
     from ..dataset.random_access import index_file
+    from ..format.sample_index import Entry, check_entry
 
     lowest = max((bound for bound in (keys.minimum, keys.prefix) if bound is not None), default=None)
-    found: dict[str, list[tuple[int, int, str]]] = {}
-    for first_key, block in index_file(version_uri, manifest).blocks_from(lowest):
+    found: dict[str, list[Selected]] = {}
+    sizes = {entry.location: entry.bytes for entry in manifest.shards}
+    index = index_file(version_uri, manifest)
+    for first_key, block in index.blocks_from(lowest):
         if first_key is not None and not keys.may_hold(first_key, first_key) and first_key > (lowest or ""):
             break  # this block starts past the range: so do all later ones
         rows = block.filter(keys.mask(block.column("key")))
-        for shard, offset, length, key in zip(
-            *(rows.column(name).to_pylist() for name in ("shard", "offset", "length", "key"))
-        ):
-            found.setdefault(shard, []).append((offset, length, key))
+        for row in zip(*(rows.column(name).to_pylist() for name in ("key", "shard", "offset", "length", "crc32c"))):
+            entry = check_entry(Entry(*row), sizes, index.name)
+            found.setdefault(entry.shard, []).append((entry.offset, entry.length, entry.key, entry.crc32c))
     for samples in found.values():
         samples.sort()
+        for before, after in zip(samples, samples[1:]):
+            if after[0] < before[0] + before[1]:
+                raise CorruptIndex(
+                    f"{index.name}: the rows of {before[2]!r} and {after[2]!r} overlap in their shard: the index is damaged"
+                )
     return found
 
 
@@ -149,7 +175,7 @@ class ShardPartition(InputPartition):
     url: str
     index: int
     expected: ShardEntry | None = None  # from the manifest: the shard must still be this one
-    samples: list[tuple[int, int, str]] | None = None  # (offset, length, key) to read; None: the whole shard
+    samples: list[Selected] | None = None  # (offset, length, key, crc32c) to read; None: the whole shard
 
 
 class WebDatasetReader(DataSourceReader):
@@ -161,14 +187,15 @@ class WebDatasetReader(DataSourceReader):
             raise BadOption(f"the read schema must hold {KEY_COLUMN!r} (a string)")
         self.fields = [f.name for f in schema.fields if f.name not in (KEY_COLUMN, URL_COLUMN)]
         self.urls, manifest, version_uri = resolve_version(options.path)
+        self.version_uri = version_uri
         self.entries: list[ShardEntry | None] = list(manifest.shards) if manifest else [None] * len(self.urls)
-        self.samples: dict[int, list[tuple[int, int, str]]] = {}
+        self.samples: dict[int, list[Selected]] = {}
         if options.keys is not None and manifest is not None and manifest.sample_index and version_uri:
             by_name = selected_samples(version_uri, manifest, options.keys)
             self.selected = [index for index, entry in enumerate(manifest.shards) if entry.location in by_name]
             for index in self.selected:
                 chosen = by_name[manifest.shards[index].location]
-                if sum(length for _, length, _ in chosen) <= WHOLE_SHARD_FRACTION * manifest.shards[index].bytes:
+                if sum(sample[1] for sample in chosen) <= WHOLE_SHARD_FRACTION * manifest.shards[index].bytes:
                     self.samples[index] = chosen
         else:
             # A shard written from ascending keys holds nothing outside [first_key, last_key]: one
@@ -204,27 +231,34 @@ class WebDatasetReader(DataSourceReader):
                 raise error from None
             self._record_bad_shard(partition, error)
 
-    def _sample_batches(self, url: str, samples: list[tuple[int, int, str]]) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
+    def _sample_batches(self, url: str, samples: list[Selected]) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
         """The selected samples alone: each run of adjacent ones one ranged read (or a stream, if long),
-        parsed as a tar of its own; they must be the samples the index put there."""
+        each sample's bytes checked against its index row's crc32c before the run is parsed as a tar of
+        its own; they must be the samples the index put there."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
         from ..format.fast_scan import read_sample_batches
 
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         storage = storage_for(url)
-        for start, end, expected in _runs(samples):
+        for run in _runs(samples):
+            start, end = run[0][0], run[-1][0] + run[-1][1]
+            checks = _SampleChecks(url, run)
             if end - start <= SPAN_READ_BYTES:
-                stream: io.RawIOBase = io.BytesIO(storage.read_range(url, start, end - start) + _END_OF_ARCHIVE)
+                data = bytearray(storage.read_range(url, start, end - start))
+                checks.feed(memoryview(data))
+                checks.finish()
+                stream: io.RawIOBase = io.BytesIO(bytes(data) + _END_OF_ARCHIVE)
             else:
-                stream = _Span(storage.open_read(url), start, end)
+                stream = _Span(storage.open_read(url), start, end, checks)
+            expected = [sample[2] for sample in run]
             with stream:
                 found: list[str] = []
                 for batch in read_sample_batches(stream, self.fields, shard_bytes=end - start + len(_END_OF_ARCHIVE)):
                     found += batch.keys.to_pylist()
                     yield self._record_batch(batch, url, arrow_schema)
             if found != expected:
-                raise ManifestChanged(
+                raise SampleMismatch(
                     f"{url}: at offset {start} the sample index puts {len(expected)} sample(s) ({expected[0]!r}...), "
                     f"but the shard holds {found[:3]!r}...: the version changed after it was indexed; read it again"
                 )
@@ -252,7 +286,10 @@ class WebDatasetReader(DataSourceReader):
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
     def _batches(self, url: str, expected: ShardEntry | None) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
-        """A record batch per chunk of the shard (format/fast_scan.py): binary columns go to Spark as parsed."""
+        """A record batch per chunk of the shard (format/fast_scan.py): binary columns go to Spark as parsed.
+
+        A shard its manifest gives a crc32c for is read through one (every byte, no seeks) and
+        compared at its end: the task fails with ChecksumMismatch rather than end with other bytes."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
         from ..format.fast_scan import read_sample_batches
@@ -260,8 +297,11 @@ class WebDatasetReader(DataSourceReader):
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         storage = storage_for(url)
         count, first_key, last_key = 0, None, None
-        with storage.open_read(url) as stream:
-            for batch in read_sample_batches(stream, self.fields):
+        checked = expected is not None and expected.crc32c is not None
+        with storage.open_read(url) as raw:
+            stream = Crc32cReader(raw) if checked else raw
+            shard_bytes = expected.bytes if checked else None
+            for batch in read_sample_batches(stream, self.fields, shard_bytes=shard_bytes):
                 rows = len(batch.keys)
                 count += rows
                 first_key = batch.keys[0].as_py() if first_key is None else first_key
@@ -271,6 +311,8 @@ class WebDatasetReader(DataSourceReader):
                     if not len(batch.keys):
                         continue
                 yield self._record_batch(batch, url, arrow_schema)
+            if checked:
+                stream.finish()
         if expected is not None and (count, first_key, last_key) != (
             expected.samples,
             expected.first_key,
@@ -280,6 +322,12 @@ class WebDatasetReader(DataSourceReader):
                 f"{url}: the shard holds {count} samples ({first_key!r}..{last_key!r}) but the manifest read "
                 f"when the query started lists {expected.samples} ({expected.first_key!r}..{expected.last_key!r}): "
                 "the version was overwritten while it was read; read it again"
+            )
+        if checked and (stream.count, stream.crc32c) != (expected.bytes, expected.crc32c):
+            raise ChecksumMismatch(
+                f"{url}: shard {expected.location} of version {self.version_uri} has {stream.count} bytes of crc32c "
+                f"{stream.crc32c}, its manifest {expected.bytes} bytes of crc32c {expected.crc32c}: the shard changed "
+                "after it was written; its rows were not all what validation proved"
             )
 
     def _record_bad_shard(self, partition: ShardPartition, error: Exception) -> None:
@@ -297,30 +345,69 @@ class WebDatasetReader(DataSourceReader):
 _END_OF_ARCHIVE = bytes(1024)
 
 
-def _runs(samples: list[tuple[int, int, str]]) -> Iterator[tuple[int, int, list[str]]]:
-    """Samples (offset, length, key) in shard order as runs of adjacent ones: (start, end, keys)."""
-    start = end = -1
-    keys: list[str] = []
-    for offset, length, key in samples:
-        if offset != end and keys:
-            yield start, end, keys
-            keys = []
-        if not keys:
-            start = offset
-        keys.append(key)
-        end = offset + length
-    if keys:
-        yield start, end, keys
+def _runs(samples: list[Selected]) -> Iterator[list[Selected]]:
+    """Samples (offset, length, key, crc32c) in shard order as runs of adjacent ones."""
+    run: list[Selected] = []
+    for sample in samples:
+        if run and sample[0] != run[-1][0] + run[-1][1]:
+            yield run
+            run = []
+        run.append(sample)
+    if run:
+        yield run
+
+
+class _SampleChecks:
+    """A run's bytes, fed in order, checked sample by sample against the crc32c of its index row
+    (a Python call at each sample's end, none a byte)."""
+
+    def __init__(self, url: str, run: list[Selected]) -> None:
+        self.url, self.run = url, run
+        self.at = 0  # the sample being read
+        self.left = run[0][1]  # its bytes still to come
+        self.crc = 0
+
+    def feed(self, view: memoryview) -> None:
+        while len(view):
+            if self.at >= len(self.run):
+                return  # past the run (the end-of-archive blocks)
+            take = min(self.left, len(view))
+            self.crc = crc32c_view(self.crc, view[:take])
+            self.left -= take
+            view = view[take:]
+            if not self.left:
+                self._check()
+
+    def _check(self) -> None:
+        offset, length, key, expected = self.run[self.at]
+        if self.crc != expected:
+            raise SampleMismatch(
+                f"{self.url} at offset {offset}: the {length} bytes of sample {key!r} are not the bytes written "
+                "(crc32c differs from the index's): the shard changed after it was written"
+            )
+        self.at += 1
+        self.crc = 0
+        self.left = self.run[self.at][1] if self.at < len(self.run) else 0
+
+    def finish(self) -> None:
+        if self.at < len(self.run):
+            offset, length, key, _ = self.run[self.at]
+            raise SampleMismatch(
+                f"{self.url} at offset {offset}: the shard ends inside sample {key!r} ({length} bytes by the index): "
+                "the shard changed after it was written"
+            )
 
 
 class _Span(io.RawIOBase):
-    """Bytes [start, end) of a shard stream, then the end-of-archive blocks: a tar of those samples."""
+    """Bytes [start, end) of a shard stream, checked by `checks` as they pass, then the
+    end-of-archive blocks: a tar of those samples."""
 
-    def __init__(self, stream, start: int, end: int) -> None:
+    def __init__(self, stream, start: int, end: int, checks: _SampleChecks) -> None:
         self.stream = stream
         stream.seek(start)
         self.left = end - start
         self.tail = _END_OF_ARCHIVE
+        self.checks = checks
 
     def readable(self) -> bool:
         return True
@@ -330,10 +417,15 @@ class _Span(io.RawIOBase):
         if self.left > 0:
             data = self.stream.read(min(len(view), self.left))
             if not data:
-                raise ManifestChanged("the shard ended before the samples its index lists")
+                self.checks.finish()
+                raise SampleMismatch("the shard ended before the samples its index lists")
             self.left -= len(data)
-        else:
-            data, self.tail = self.tail[: len(view)], self.tail[len(view) :]
+            view[: len(data)] = data
+            self.checks.feed(view[: len(data)])
+            if not self.left:
+                self.checks.finish()
+            return len(data)
+        data, self.tail = self.tail[: len(view)], self.tail[len(view) :]
         view[: len(data)] = data
         return len(data)
 

@@ -115,7 +115,7 @@ def test_samples_that_are_not_where_the_index_says_fail_the_read(tmp_path) -> No
     version = _digits_version(tmp_path)
     reader = WebDatasetReader(ReadOptions(str(version), keys=KeyRange("00010", "00011")), StructType([StructField("__key__", StringType())]))
     (partition,) = reader.partitions()
-    offset, length, key = partition.samples[0]
-    moved = ShardPartition(partition.url, partition.index, partition.expected, [(offset + length, length, key)])
-    with pytest.raises(ManifestChanged, match="the sample index puts"):
+    offset, length, key, crc = partition.samples[0]
+    moved = ShardPartition(partition.url, partition.index, partition.expected, [(offset + length, length, key, crc)])
+    with pytest.raises(ManifestChanged, match="crc32c differs from the index's"):  # checked before it is parsed
         list(reader.read(moved))
