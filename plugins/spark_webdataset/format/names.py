@@ -174,7 +174,7 @@ def member_parts(name: str) -> tuple[str, str] | None:
     return parts
 
 
-_DOT, _SLASH, _DEL = ord("."), ord("/"), 0x7F
+_DOT, _SLASH = ord("."), ord("/")
 
 
 def split_names(names: np.ndarray, strict: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -183,11 +183,11 @@ def split_names(names: np.ndarray, strict: bool = True) -> tuple[np.ndarray, np.
 
     The key ends at the first '.' of the last path part, as MEMBER_NAME
     splits it. Faults (rows the exact parser judges): no such dot, an empty
-    last-part key, a control character (C0 or DEL: no key or field may hold
-    one, and MEMBER_NAME's `.` stops at a newline); with `strict`
-    (the reader) also what `unsafe_member_name` refuses and more: any byte
-    outside printable ASCII (NUL, not UTF-8, ...), a leading '/', and '..'
-    anywhere. The validator, not strict, holds the keys to
+    last-part key, any byte outside printable ASCII (a control character:
+    no key or field may hold one, and MEMBER_NAME's `.` stops at a newline;
+    a byte the exact parser decodes as UTF-8 or refuses); with `strict` (the
+    reader) also what `unsafe_member_name` refuses and more: a leading '/',
+    and '..' anywhere. The validator, not strict, holds the keys to
     INVALID_KEY_PATTERN instead, which refuses every unsafe name.
     """
     width = names.shape[1]
@@ -195,9 +195,9 @@ def split_names(names: np.ndarray, strict: bool = True) -> tuple[np.ndarray, np.
     zero = names == 0
     lengths = np.where(zero.any(axis=1), zero.argmax(axis=1), width)
     inside = columns < lengths[:, None]
-    faults = (((names < 32) | (names == _DEL)) & inside).any(axis=1)
+    # control characters, and bytes past ASCII (a name the exact parser must decode as UTF-8, or refuse)
+    faults = (((names < 32) | (names > 126)) & inside).any(axis=1)
     if strict:
-        faults |= (((names < 32) | (names > 126)) & inside).any(axis=1)
         faults |= names[:, 0] == _SLASH
         faults |= ((names[:, :-1] == _DOT) & (names[:, 1:] == _DOT)).any(axis=1)
     slash = (names == _SLASH) & inside
