@@ -194,6 +194,13 @@ def test_field_names_are_refused_with_a_typed_error_or_round_trip() -> None:
                 counts.typed += 1
                 assert problem is not None or field == KEY_COLUMN, (field, error)
                 assert repr(field) in str(error)
+                if problem is not None:  # the tar writer holds the rule too, whoever calls it
+                    try:
+                        ShardWriter([field], lambda index: io.BytesIO(), 1 << 20, allow_pax=True)
+                    except InvalidField:
+                        counts.typed += 1
+                    else:
+                        raise AssertionError(f"the tar writer accepted the field {field!r}: {problem}")
                 return
             assert problem is None and fields == [field]
             assert not any(ord(c) < 32 or ord(c) == 127 for c in field)
