@@ -81,6 +81,7 @@ DURATION_RULE = "a duration above zero: seconds as a number, or e.g. 90s, 10m, 2
 MAX_CONFIG_BYTES = 1 << 20
 MAX_CONFIG_VALUES = 100_000
 MAX_CONFIG_DEPTH = 32
+MAX_DURATION_SECONDS = 3650 * 86400  # a task timeout of ten years means none; more overflows timedelta
 
 
 def deployment_folder(environ: Mapping[str, str] = os.environ) -> Path:
@@ -211,8 +212,8 @@ def parse_duration(value: Any) -> datetime.timedelta:
         seconds = float(((days * 24 + hours) * 60 + minutes) * 60 + secs)
     else:
         raise ValueError(f"{value!r} is not {DURATION_RULE}")
-    if seconds <= 0:
-        raise ValueError(f"{value!r} is not {DURATION_RULE}")
+    if not 0 < seconds <= MAX_DURATION_SECONDS:  # NaN too; past the bound timedelta overflows
+        raise ValueError(f"{value!r} is not {DURATION_RULE}, of at most {MAX_DURATION_SECONDS // 86400} days")
     return datetime.timedelta(seconds=seconds)
 
 
