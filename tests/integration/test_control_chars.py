@@ -23,6 +23,7 @@ from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import InvalidField, InvalidKey, from_spark
 from spark_webdataset.format.checksums import Digests
 from spark_webdataset.format.verify import check_shard, verify_shard
+from tests.support.tars import version_with
 
 pytestmark = pytest.mark.slow
 
@@ -96,6 +97,15 @@ def test_validation_refuses_a_shard_holding_a_control_character_in_a_member_name
         report = check()
         assert not report.ok
         assert any("control character" in error["error"] for error in report.errors), report.errors
+
+
+@pytest.mark.parametrize("names", [["a.txt", "a\nb.txt"], ["a.t\x01xt"]], ids=["key", "field"])
+def test_validating_a_version_whose_shard_holds_a_control_character_fails(tmp_path, names) -> None:
+    keys = [name.split(".", 1)[0] for name in names]
+    directory = version_with(tmp_path / "ds" / "versions" / "v1", hand_made_tar(names), len(keys), keys[0], keys[-1])
+    report = validate_version(str(directory), workers=1, write_report=False)
+    assert not report.ok
+    assert any("control character" in error["error"] for error in report.errors), report.errors
 
 
 def test_valid_keys_round_trip_through_wids(spark, tmp_path) -> None:
