@@ -47,7 +47,7 @@ from pydantic import (
 
 from ..jobs.build import ORDERS
 from ..errors import DatasetConfigError, NestedDatasetRoot
-from ..format.names import field_error, field_name_error
+from ..format.names import control_error, field_error, field_name_error
 from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
 from ..format.sizes import spell_size
 from ..dataset.changes import APPEND, CHANGES
@@ -75,6 +75,13 @@ TASK_TIMEOUTS = {
 }
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 DURATION_RULE = "a duration above zero: seconds as a number, or e.g. 90s, 10m, 2h, 1h30m, 1d"
+# A config is a page of YAML: bounds that no real one reaches keep a hostile one (a huge file, YAML
+# aliases that expand to millions of copies, nesting deeper than Python's stack) from hanging the DAG
+# processor, which loads every config each time it parses the DAGs.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_VALUES = 100_000
+MAX_CONFIG_DEPTH = 32
+MAX_DURATION_SECONDS = 3650 * 86400  # a task timeout of ten years means none; more overflows timedelta
 
 
 def deployment_folder(environ: Mapping[str, str] = os.environ) -> Path:
@@ -127,6 +134,65 @@ class _FieldProblem(Exception):
         self.where, self.rule = where, rule
 
 
+def _no_control(value: str, what: str) -> str:
+    problem = control_error(value)
+    if problem:
+        raise ValueError(f"the {what} {value!r} holds {problem}")
+    return value
+
+
+def _too_deep(text: str) -> bool:
+    """Whether the YAML nests deeper than MAX_CONFIG_DEPTH, by its events (the parser is iterative,
+    the composer recursive: a deep document costs it seconds, or Python's stack)."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_CONFIG_DEPTH:
+                    return True
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+    except yaml.YAMLError:
+        return False  # safe_load names the problem and where
+    return False
+
+
+def _too_many_values(document: Any) -> bool:
+    """Whether the parsed document holds more than MAX_CONFIG_VALUES values (YAML aliases counted per use)."""
+    count, pending = 0, [document]
+    while pending:
+        value = pending.pop()
+        count += 1
+        if count > MAX_CONFIG_VALUES:
+            return True
+        if isinstance(value, dict):
+            pending.extend(value.keys())
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return False
+
+
+def source_problem(value: str) -> str | None:
+    """Why `value` cannot be a source URI whose placeholders a run fills in (`pipeline.render_source`), or None."""
+    control = control_error(value)
+    if control:
+        return f"the source {value!r} holds {control}"
+    try:
+        parsed = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(value) if name is not None]
+    except ValueError as error:
+        return f"{value!r}: {error} (write {{{{ and }}}} for literal braces)"
+    known = ", ".join(f"{{{name}}}" for name in SOURCE_PLACEHOLDERS)
+    unknown = sorted({name for name, _, _ in parsed} - set(SOURCE_PLACEHOLDERS))
+    if unknown:
+        return f"unknown placeholder {{{unknown[0]}}}; a source may use {known}"
+    for name, spec, conversion in parsed:
+        if spec or conversion:  # `{ds:>99999999999}` would build a string of that width at run time
+            return f"placeholder {{{name}}} takes no format spec or conversion; a source may use {known}"
+    return None
+
+
 def _empty_is_none(value: Any) -> Any:
     return None if isinstance(value, str) and not value.strip() else value
 
@@ -146,8 +212,8 @@ def parse_duration(value: Any) -> datetime.timedelta:
         seconds = float(((days * 24 + hours) * 60 + minutes) * 60 + secs)
     else:
         raise ValueError(f"{value!r} is not {DURATION_RULE}")
-    if seconds <= 0:
-        raise ValueError(f"{value!r} is not {DURATION_RULE}")
+    if not 0 < seconds <= MAX_DURATION_SECONDS:  # NaN too; past the bound timedelta overflows
+        raise ValueError(f"{value!r} is not {DURATION_RULE}, of at most {MAX_DURATION_SECONDS // 86400} days")
     return datetime.timedelta(seconds=seconds)
 
 
@@ -333,20 +399,15 @@ class DatasetConfig(BaseModel):
     def _source_placeholders(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None:
             return None
-        try:
-            names = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
-        except ValueError as error:
-            raise ValueError(f"{value!r}: {error} (write {{{{ and }}}} for literal braces)") from None
-        unknown = sorted(names - set(SOURCE_PLACEHOLDERS))
-        if unknown:
-            known = ", ".join(f"{{{name}}}" for name in SOURCE_PLACEHOLDERS)
-            raise ValueError(f"unknown placeholder {{{unknown[0]}}}; a source may use {known}")
+        problem = source_problem(value)
+        if problem:
+            raise ValueError(problem)
         return _resolve(value, info)
 
     @field_validator("root")
     @classmethod
     def _resolve_root(cls, value: str, info: ValidationInfo) -> str:
-        return _resolve(value, info)
+        return _resolve(_no_control(value, "root"), info)
 
     @field_validator("fields")
     @classmethod
@@ -487,9 +548,14 @@ def load_config(path: Path | str, environ: Mapping[str, str] = os.environ) -> Da
     """Read, expand and check one config file; raise DatasetConfigError naming the file, field and rule."""
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise DatasetConfigError(path, [(None, f"is {size} bytes; a dataset config holds at most {MAX_CONFIG_BYTES}")])
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise DatasetConfigError(path, [(None, f"cannot be read: {error}")]) from None
+    if _too_deep(text):
+        raise DatasetConfigError(path, [(None, f"the YAML nests deeper than {MAX_CONFIG_DEPTH} levels")])
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -497,6 +563,11 @@ def load_config(path: Path | str, environ: Mapping[str, str] = os.environ) -> Da
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(error, "problem", None) or str(error)
         raise DatasetConfigError(path, [(None, f"{where}not valid YAML: {problem}")]) from None
+    except RecursionError:
+        raise DatasetConfigError(path, [(None, "not valid YAML here: it nests too deeply")]) from None
+    if _too_many_values(document):
+        rule = f"the document holds more than {MAX_CONFIG_VALUES} values (YAML aliases count once per use)"
+        raise DatasetConfigError(path, [(None, rule)])
     if document is None:
         document = {}
     if not isinstance(document, dict):

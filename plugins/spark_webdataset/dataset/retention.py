@@ -308,6 +308,7 @@ def collect(
     planned, removals = _plan(root, policy, _epoch(now))
     if dry_run:
         return planned
+    faults.point("gc:planned", root=root)  # tests: a pin or LATEST set between the plan and the re-read
     dataset = Dataset(root)
     report = GcReport(dataset.root, dry_run=False, kept=planned.kept)
     _unmark_kept(dataset, planned.kept)

@@ -23,10 +23,17 @@ USTAR_NAME_BYTES = 100
 # The regex webdataset and wids use to split a member name.
 MEMBER_NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _RESERVED_PART = re.compile(r"^__.*__$")
+# Control characters (C0 and DEL): readers such as wids cannot split a name holding one (their
+# regexes' `.` stops at a newline), so no key, field or member name may hold one.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL_RULE = (
+    "control characters (C0 0x00-0x1F: NUL, tab, newline, ...; DEL 0x7F) are not allowed: "
+    "readers such as wids cannot parse them"
+)
 
 # One RE2/Python regex that matches every key some rule refuses; used to
 # scan whole Arrow columns at once, then `key_error` says which rule.
-INVALID_KEY_PATTERN = r"^$|^[/.]|(^|/)\.\.?(/|$)|\x00|(^|/)__[^/]*__(/|$)|\.[^/]*$|/$|//"
+INVALID_KEY_PATTERN = r"^$|^[/.]|(^|/)\.\.?(/|$)|[\x00-\x1f\x7f]|(^|/)__[^/]*__(/|$)|\.[^/]*$|/$|//"
 
 
 def key_error(key: object) -> str | None:
@@ -37,8 +44,9 @@ def key_error(key: object) -> str | None:
         return f"the key must be a string, not {type(key).__name__}"
     if key == "":
         return "the key is empty"
-    if "\x00" in key:
-        return "the key holds a NUL character"
+    control = control_error(key)
+    if control:
+        return f"the key holds {control}"
     if key[0] in "/.":
         return f"the key starts with {key[0]!r}"
     parts = key.split("/")
@@ -63,13 +71,16 @@ def field_error(field: str) -> str | None:
     """Say which rule the field (column) name breaks, or None."""
     if field == "":
         return "the field name is empty"
+    control = control_error(field)
+    if control:
+        return f"the field name holds {control}"
     if field == KEY_COLUMN:
         return None
     if RESERVED_COLUMN.match(field):
         return f"{field!r} is a reserved column name (only {KEY_COLUMN!r} may have the __x__ shape)"
     if field != field.lower():
         return f"field names must be lower case ({field!r}; rename the column to {field.lower()!r})"
-    if "/" in field or "\x00" in field:
+    if "/" in field:
         return "a field name may not hold '/' or NUL"
     if field.startswith("."):
         return "a field name may not start with '.'"
@@ -138,6 +149,23 @@ def unsafe_member_name(name: str) -> bool:
     return name.startswith("/") or any(part == ".." for part in name.split("/")) or "\0" in name
 
 
+def member_name_fault(name: str) -> str:
+    """Why a shard may not hold a member of this name (for a name `member_parts` refuses)."""
+    if "\0" in name:
+        return "it holds a NUL"
+    if name.startswith("/") or any(part == ".." for part in name.split("/")):
+        return "it is absolute or has a '..' path part, so a reader would extract it outside its directory"
+    return "it is not of the <key>.<field> shape (a '.' in its last path part, after a non-empty key)"
+
+
+def control_error(text: str) -> str | None:
+    """Say where `text` (a key, a field or a member name) holds a control character, or None."""
+    control = _CONTROL.search(text)
+    if control:
+        return f"{control.group()!r} at character {control.start()}: {CONTROL_RULE}"
+    return None
+
+
 def member_parts(name: str) -> tuple[str, str] | None:
     """(key, field) of a member name a shard may hold: of the `<key>.<field>` shape and safe; else None."""
     parts = split_member_name(name)
@@ -146,7 +174,7 @@ def member_parts(name: str) -> tuple[str, str] | None:
     return parts
 
 
-_DOT, _SLASH, _NEWLINE = ord("."), ord("/"), ord("\n")
+_DOT, _SLASH = ord("."), ord("/")
 
 
 def split_names(names: np.ndarray, strict: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -155,10 +183,11 @@ def split_names(names: np.ndarray, strict: bool = True) -> tuple[np.ndarray, np.
 
     The key ends at the first '.' of the last path part, as MEMBER_NAME
     splits it. Faults (rows the exact parser judges): no such dot, an empty
-    last-part key, a newline (MEMBER_NAME's `.` stops there); with `strict`
-    (the reader) also what `unsafe_member_name` refuses and more: any byte
-    outside printable ASCII (NUL, not UTF-8, ...), a leading '/', and '..'
-    anywhere. The validator, not strict, holds the keys to
+    last-part key, any byte outside printable ASCII (a control character:
+    no key or field may hold one, and MEMBER_NAME's `.` stops at a newline;
+    a byte the exact parser decodes as UTF-8 or refuses); with `strict` (the
+    reader) also what `unsafe_member_name` refuses and more: a leading '/',
+    and '..' anywhere. The validator, not strict, holds the keys to
     INVALID_KEY_PATTERN instead, which refuses every unsafe name.
     """
     width = names.shape[1]
@@ -166,9 +195,9 @@ def split_names(names: np.ndarray, strict: bool = True) -> tuple[np.ndarray, np.
     zero = names == 0
     lengths = np.where(zero.any(axis=1), zero.argmax(axis=1), width)
     inside = columns < lengths[:, None]
-    faults = ((names == _NEWLINE) & inside).any(axis=1)
+    # control characters, and bytes past ASCII (a name the exact parser must decode as UTF-8, or refuse)
+    faults = (((names < 32) | (names > 126)) & inside).any(axis=1)
     if strict:
-        faults |= (((names < 32) | (names > 126)) & inside).any(axis=1)
         faults |= names[:, 0] == _SLASH
         faults |= ((names[:, :-1] == _DOT) & (names[:, 1:] == _DOT)).any(axis=1)
     slash = (names == _SLASH) & inside

@@ -32,6 +32,7 @@ from .sizes import parse_size
 from .names import (
     INVALID_KEY_PATTERN,
     USTAR_NAME_BYTES,
+    field_error,
     field_name_error,
     first_invalid_key,
     member_name,
@@ -208,7 +209,7 @@ class ShardWriter:
         if max_samples_per_shard is not None and max_samples_per_shard < 1:
             raise BadOption(f"option maxSamplesPerShard={max_samples_per_shard} must be at least 1")
         for name in fields:
-            problem = field_name_error(name, allow_pax)
+            problem = field_error(name) or field_name_error(name, allow_pax)
             if problem:
                 raise InvalidField(f"column {name!r}: {problem}")
         self.fields = list(fields)

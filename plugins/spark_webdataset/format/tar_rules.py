@@ -34,7 +34,9 @@ The rules:
 - A member's name is the PAX `path` or GNU long name before it if any,
   else the name field, with the prefix field and a `/` before it when the
   magic is ustar's and the prefix is not empty. It is UTF-8, a
-  `<key>.<field>` name and safe (`names.member_parts`).
+  `<key>.<field>` name and safe (`names.member_parts`: not absolute, no
+  `..` part, no NUL). Validation also refuses any other control
+  character in a key or field (`names.control_error`); readers read them.
 - The size chain: a member's header, then its payload padded to the
   block (`padded`), then the next header; two zero blocks end the tar.
 
@@ -52,6 +54,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ..errors import BadOption, BadPaxRecord, MemberSizeError, TarFormatError
+from .names import member_name_fault
 from .sizes import parse_size
 
 BLOCK = 512
@@ -181,7 +184,7 @@ def not_regular(name: str, typeflag: bytes, offset: int) -> TarFormatError:
 
 
 def unsafe_name(name: str, offset: int) -> TarFormatError:
-    return TarFormatError(f"member name {name!r} is not a safe <key>.<field> name", offset)
+    return TarFormatError(f"member name {name!r} is not a safe <key>.<field> name: {member_name_fault(name)}", offset)
 
 
 def key_reappears(offset: int, key: str) -> TarFormatError:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterable
 
 from .checksums import Digests
-from .names import key_error
+from .names import control_error, key_error
 from ..errors import TarFormatError
 from .sample_reader import iter_samples
 from .tar_rules import remaining
@@ -120,6 +120,10 @@ def verify_shard(
             problem = key_error(sample.key)
             if problem:
                 report.error(f"invalid key: {problem}", sample.offset, sample.key)
+            for name in sample.fields:
+                control = control_error(name)
+                if control:
+                    report.error(f"invalid field name {name!r}: it holds {control}", sample.offset, sample.key)
             missing = required - sample.fields.keys()
             if missing:
                 report.error(f"required field(s) {sorted(missing)} missing", sample.offset, sample.key)
