@@ -22,7 +22,7 @@ from ..dataset.publish import publish
 from ..dataset.retention import GcReport, RetentionPolicy, collect, plan
 from ..dataset.validate import validate_version
 from ..jobs.validate_spark import spark_check
-from .configs import change_needs_parent
+from .configs import change_needs_parent, source_problem
 
 VERSION_FORMAT = "%Y%m%dT%H%M%SZ"
 ROOT_PARAM = "output_root"  # no longer a Param; a run conf that still names it must name the config's root
@@ -158,6 +158,9 @@ def plan_run(
     table = params.get("source_table") or None
     if bool(params.get("source")) == bool(table):
         raise PipelineError("give exactly one of the params 'source' (a URI) and 'source_table' (a table)")
+    problem = None if table else source_problem(params["source"])
+    if problem:
+        raise PipelineError(f"param 'source': {problem}")
     source = table or render_source(params["source"], moment, version)
     args = [
         *(["--source-table", table] if table else ["--source", source, "--source-format", params["source_format"]]),
