@@ -120,7 +120,7 @@ def check_shard_location(location: object) -> str:
     return check_shard_name(location)
 
 
-VERSION_ID_RULE = "[A-Za-z0-9][A-Za-z0-9._-]{0,127} (ASCII only), and no '..'"
+VERSION_ID_RULE = "[A-Za-z0-9][A-Za-z0-9._-]{0,127}, and no '..'"
 # Explicit ASCII ranges, and re.ASCII besides: no full-width digit, Cyrillic letter or other look-alike.
 _VERSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
 # Timestamps read from a version id when nothing better says when a version is from.
@@ -222,7 +222,7 @@ def check_version_id(version: object) -> str:
     """Return `version` if it is a valid version id, else raise naming it and the rule."""
     if not is_version_id(version):
         shown = _shown(version) if isinstance(version, str) else repr(version)
-        raise InvalidVersionId(f"version id {shown} breaks the rule {VERSION_ID_RULE}")
+        raise InvalidVersionId(f"version id {shown} breaks the rule {VERSION_ID_RULE} (ASCII only)")
     return version  # type: ignore[return-value]
 
 
@@ -241,6 +241,12 @@ DIRECTORY_RULE = (
 _VERSION_MARKS = (MANIFEST_NAME, WRITER_MARK_NAME)
 _ROOT_MARKS = (LATEST_NAME, PUBLISHED_DIR, VERSIONS_DIR)
 _DIRECTORY_MARKS = {PUBLISHED_DIR: "files", VERSIONS_DIR: "directories"}
+
+
+def absolute_uri(uri: str, what: str = "path") -> str:
+    """`normalize_place`, a local path made absolute: what a job hands Spark, whose driver (a
+    Spark Connect server, a JVM started elsewhere) resolves a relative path against its own cwd."""
+    return _location(normalize_place(uri, what))
 
 
 def _location(uri: str) -> str:
