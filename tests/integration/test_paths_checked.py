@@ -113,21 +113,24 @@ def test_the_build_job_hands_spark_absolute_paths(spark, tmp_path, digits_source
     from spark_webdataset.jobs.build import main
 
     jvm_cwd = Path.cwd()
-    relative_root = f"rel-{uuid.uuid4().hex[:8]}"
     monkeypatch.chdir(tmp_path)
-    source = os.path.relpath(digits_source, tmp_path)
+    strays = []
     try:
-        argv = ["--source", source, "--output", relative_root, "--version", "v1", "--key", "id",
-                "--field", "cls=label", "--max-shard-bytes", "64KiB"]  # fmt: skip
-        code = main(argv)
-        err = capsys.readouterr().err
-        assert code == 0, err
-        assert (tmp_path / relative_root / "versions" / "v1" / "_manifest.json").exists()
-        assert validate_version(str(tmp_path / relative_root / "versions" / "v1")).ok
+        # the reported case (an absolute source, a relative output), then a relative source too
+        for version, source in (("v1", digits_source), ("v2", os.path.relpath(digits_source, tmp_path))):
+            relative_root = f"rel-{uuid.uuid4().hex[:8]}"
+            strays.append(jvm_cwd / relative_root)
+            argv = ["--source", source, "--output", relative_root, "--version", version, "--key", "id",
+                    "--field", "cls=label", "--max-shard-bytes", "64KiB"]  # fmt: skip
+            code = main(argv)
+            err = capsys.readouterr().err
+            assert code == 0, err
+            assert validate_version(str(tmp_path / relative_root / "versions" / version)).ok
     finally:
-        stray = jvm_cwd / relative_root
-        assert not stray.exists(), f"Spark wrote into its own working directory: {stray}"
-        shutil.rmtree(stray, ignore_errors=True)
+        found = [stray for stray in strays if stray.exists()]
+        for stray in found:
+            shutil.rmtree(stray, ignore_errors=True)
+    assert not found, f"Spark wrote into its own working directory: {found}"
 
 
 def test_a_write_and_a_read_from_other_threads_need_no_second_register(spark, tmp_path) -> None:
