@@ -255,6 +255,12 @@ def _location(uri: str) -> str:
     return uri if "://" in uri else os.path.normpath(os.path.abspath(uri))
 
 
+def _compared_location(uri: str) -> str:
+    """`_location` without the URI rule: a spelling to compare two configs' roots by."""
+    uri = _normalized(uri)
+    return uri if "://" in uri else os.path.normpath(os.path.abspath(uri))
+
+
 def _split_location(location: str) -> tuple[str, list[str]]:
     """('gs://bucket', ['a', 'b']) for gs://bucket/a/b, ('/', ['tmp', 'x']) for /tmp/x."""
     if "://" in location:
@@ -311,9 +317,12 @@ def _check_enclosing(
 ) -> str:
     """`itself`: the place may not be a version directory; `target`: nor a dataset root (a write's
     target: it writes a version, never onto a root)."""
-    here = _location(uri)
+    # Without `look` (the config loader comparing a folder's roots) only places are compared: a path
+    # that breaks URI_RULE is refused where it is used (Dataset, the jobs, the tasks), not here.
+    place = _location if look else _compared_location
+    here = place(uri)
     for other in known:
-        there = _location(other)
+        there = place(other)
         below = _below(here, there)
         if below is not None:
             if below[0] == VERSIONS_DIR and len(below) > 1:
