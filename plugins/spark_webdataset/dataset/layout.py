@@ -207,10 +207,21 @@ def normalize_place(uri: object, what: str = "path") -> str:
     """`normalize_uri`, and a directory right under a `versions/` is a version: its name is an id
     by the rule (InvalidVersionId), never a plain directory named `.hidden`, `２０２６` or `v1а`."""
     uri = normalize_uri(uri, what)
-    parent, _, name = uri.rpartition("/")
-    if parent.rpartition("/")[2] == VERSIONS_DIR:
-        check_version_id(name)
+    _, parts = _anchor_parts(uri)
+    if len(parts) >= 2 and parts[-2] == VERSIONS_DIR:
+        check_version_id(parts[-1])
     return uri
+
+
+def _anchor_parts(uri: str) -> tuple[str, list[str]]:
+    """A normalized URI's anchor ('gs://bucket', '/', '' for a relative path) and its path parts."""
+    if "://" in uri:
+        scheme, _, rest = uri.partition("://")
+        bucket, _, path = rest.partition("/")
+        return f"{scheme}://{bucket}", [part for part in path.split("/") if part]
+    if uri.startswith("/"):
+        return "/", [part for part in uri.split("/") if part]
+    return "", uri.split("/")
 
 
 def is_version_id(name: object) -> bool:
@@ -555,10 +566,9 @@ class Version:
         A directory right under a `versions/` is a version: its name must be an id by the rule
         (InvalidVersionId), never a plain directory named `.hidden`, `２０２６` or `..`."""
         uri = normalize_place(uri)
-        parent, _, name = uri.rpartition("/")
-        grandparent, _, versions = parent.rpartition("/")
-        if versions == VERSIONS_DIR and grandparent:
-            return Dataset(grandparent).version(name)
+        anchor, parts = _anchor_parts(uri)
+        if len(parts) >= 2 and parts[-2] == VERSIONS_DIR and (len(parts) > 2 or "://" in anchor):
+            return Dataset(uri.rsplit("/", 2)[0]).version(parts[-1])
         return cls(uri)
 
     @functools.cached_property
