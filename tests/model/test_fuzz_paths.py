@@ -57,7 +57,9 @@ ids = st.one_of(st.sampled_from(PIECES), ascii_ids, unicode_text, surrogates, lo
 tails = st.one_of(
     st.lists(parts, max_size=6).map("/".join),
     st.tuples(st.just("versions"), ids).map("/".join),  # ROOT/versions/<id>: the one place a write may land
-    st.tuples(ids, st.just("versions"), ids).map("/".join),  # a root inside the root: never
+    # a root inside the root, or ROOT/./versions/ID, ROOT//versions/ID, ROOT/../ds/versions/ID: never
+    st.tuples(st.one_of(st.sampled_from([".", "..", "", "x", "../ds", "./.", "ds"]), parts), st.just("versions"), ids).map("/".join),
+    st.tuples(st.sampled_from([".", "..", "", "./.", "../ds"]), st.just("versions"), ascii_ids).map("/".join),
     st.tuples(st.just("versions"), ids, st.sampled_from(["", "/", "//", "/..", "/x"])).map(lambda t: f"{t[0]}/{t[1]}{t[2]}"),
 )
 schemes = st.sampled_from(["", "file://"])
@@ -94,7 +96,8 @@ def _check_version_place(version: Version) -> None:
         return
     assert ASCII_ID.fullmatch(version.id) and ".." not in version.id, version.id
     assert version.dataset is not None and version.uri == f"{version.dataset.root}/versions/{version.id}"
-    assert ".." not in version.uri.split("/") and "" not in version.uri.split("/")[1:]
+    path = version.uri.split("://", 1)[-1].split("/")[1:] if "://" in version.uri else version.uri.split("/")[1:]
+    assert not {"..", ".", ""} & set(path), version.uri  # no '..', '.' or empty part after the anchor
 
 
 def test_fuzz_version_ids() -> None:
