@@ -21,7 +21,8 @@ __version__ = "0.1.0"
 
 
 def register(spark: "SparkSession") -> None:
-    """Make `format("webdataset")` known to this SparkSession (once per session)."""
+    """Make `format("webdataset")` known to this SparkSession: once per session, and every thread
+    may then read and write it (see spark.datasource.register)."""
     from .spark.datasource import register as register_data_source
 
     register_data_source(spark)

@@ -66,7 +66,7 @@ SHARD_PATTERN = "shard-{:06d}.tar"  # contiguous: shard-{000000..000041}.tar wor
 LEASE_NAME = "_lease.json"  # in _staging/<job>/: which driver owns the job's staging
 STAGED_SHARD_PATTERN = "{:06d}.tar"  # a task attempt's n-th shard, in its staging directory
 STAGED_INDEX_NAME = "index.arrow"  # a task attempt's sorted sample index rows, in its staging directory
-_SHARD_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,250}\.tar")
+_SHARD_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,250}\.tar", re.ASCII)
 
 
 def shard_name(index: int) -> str:
@@ -79,9 +79,9 @@ def is_shard_name(name: str) -> bool:
 
 
 def shard_number(name: str) -> int | None:
-    """The number in a name `shard_name` gave (None for any other name)."""
+    """The number in a name `shard_name` gave (None for any other name, `shard-².tar` too: ASCII digits only)."""
     digits = name[len("shard-") : -len(".tar")] if is_shard_name(name) else ""
-    return int(digits) if digits.isdigit() else None
+    return int(digits) if digits.isascii() and digits.isdigit() else None
 
 
 def staged_shard_name(sequence: int) -> str:
@@ -121,21 +121,73 @@ def check_shard_location(location: object) -> str:
 
 
 VERSION_ID_RULE = "[A-Za-z0-9][A-Za-z0-9._-]{0,127}, and no '..'"
-_VERSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# Explicit ASCII ranges, and re.ASCII besides: no full-width digit, Cyrillic letter or other look-alike.
+_VERSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
 # Timestamps read from a version id when nothing better says when a version is from.
 _ID_TIMESTAMPS = (
-    (re.compile(r"(\d{8}T\d{6}Z)"), "%Y%m%dT%H%M%SZ"),
-    (re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})"), "%Y-%m-%dT%H:%M:%S"),
-    (re.compile(r"(\d{4}-\d{2}-\d{2})"), "%Y-%m-%d"),
-    (re.compile(r"(?<!\d)(\d{8})(?!\d)"), "%Y%m%d"),
+    (re.compile(r"(\d{8}T\d{6}Z)", re.ASCII), "%Y%m%dT%H%M%SZ"),
+    (re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})", re.ASCII), "%Y-%m-%dT%H:%M:%S"),
+    (re.compile(r"(\d{4}-\d{2}-\d{2})", re.ASCII), "%Y-%m-%d"),
+    (re.compile(r"(?<!\d)(\d{8})(?!\d)", re.ASCII), "%Y%m%d"),
 )
 
+# What a path may be, checked before any storage call (an over-long name would otherwise reach
+# the file system as ENAMETOOLONG, or a bucket as a 400): NAME_MAX and PATH_MAX of Linux.
+MAX_NAME_BYTES = 255
+MAX_PATH_BYTES = 4096
+URI_RULE = (
+    "a URI is a local path, file:// or SCHEME://BUCKET/PATH with no '..', '.' or empty path part "
+    f"(a leading './' aside), no control character (C0, DEL), parts of at most {MAX_NAME_BYTES} bytes "
+    f"and at most {MAX_PATH_BYTES} bytes in all"
+)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
-def _normalized(uri: str) -> str:
-    """One spelling per location: no trailing '/', local paths without file://."""
-    if uri.startswith("file://"):
-        uri = uri[len("file://") :]
-    return uri.rstrip("/") or "/"
+
+def _shown(text: str, limit: int = 120) -> str:
+    """`text` as a message shows it: repr, cut short (a 5,000-character path stays readable)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
+
+
+def normalize_uri(uri: object, what: str = "path") -> str:
+    """The one spelling of a location (no trailing '/', local paths without file://), or InputError
+    naming it and the rule (`URI_RULE`). Every entry point (Dataset, Version.at, the writer, the
+    jobs, the CLI) goes through here first, so `ROOT/versions/..` never becomes ROOT."""
+    if not isinstance(uri, str) or not uri:
+        raise InputError(f"{what} {uri!r} is not a path: {URI_RULE}")
+    if _CONTROL.search(uri):
+        raise InputError(f"{what} {_shown(uri)} holds a control character: {URI_RULE}")
+    try:
+        size = len(uri.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InputError(f"{what} {_shown(uri)} is not valid Unicode text (a lone surrogate): {URI_RULE}") from None
+    if size > MAX_PATH_BYTES:
+        raise InputError(f"{what} {_shown(uri)} is {size} bytes long: {URI_RULE}")
+    text = uri[len("file://") :] if uri.startswith("file://") else uri
+    if "://" in text:
+        scheme, _, rest = text.partition("://")
+        bucket, _, path = rest.partition("/")
+        if not scheme or not bucket:
+            raise InputError(f"{what} {_shown(uri)} names no scheme or bucket: {URI_RULE}")
+        anchor, parts = f"{scheme}://{bucket}", path.split("/") if path else []
+    elif text.startswith("/"):
+        anchor, parts = "/", text[1:].split("/")
+    else:
+        anchor, parts = "", text.split("/")
+    while parts and parts[-1] == "":
+        parts.pop()  # trailing '/'s
+    for position, part in enumerate(parts):
+        if part in ("", "..") or (part == "." and (anchor or position > 0)):
+            problem = "an empty path part ('//')" if not part else f"a {part!r} path part"
+            raise InputError(f"{what} {_shown(uri)} has {problem}: {URI_RULE}")
+        length = len(part.encode("utf-8"))
+        if length > MAX_NAME_BYTES:
+            raise InputError(f"{what} {_shown(uri)} has a path part of {length} bytes: {URI_RULE}")
+    path = "/".join(parts)
+    if anchor == "/":
+        return "/" + path
+    if anchor:
+        return f"{anchor}/{path}" if path else anchor
+    return path
 
 
 def _read_json(storage: Storage, path: str) -> dict | None:
@@ -143,27 +195,79 @@ def _read_json(storage: Storage, path: str) -> dict | None:
     return None if data is None else json.loads(data)
 
 
+def _normalized(uri: str) -> str:
+    """One spelling of a location that is not a dataset's (a stream's checkpoint): no trailing '/',
+    local paths without file://. Dataset and version paths go through `normalize_place`."""
+    if uri.startswith("file://"):
+        uri = uri[len("file://") :]
+    return uri.rstrip("/") or "/"
+
+
+def normalize_place(uri: object, what: str = "path") -> str:
+    """`normalize_uri`, and a directory right under a `versions/` is a version: its name is an id
+    by the rule (InvalidVersionId), never a plain directory named `.hidden`, `２０２６` or `v1а`."""
+    uri = normalize_uri(uri, what)
+    _, parts = _anchor_parts(uri)
+    if len(parts) >= 2 and parts[-2] == VERSIONS_DIR:
+        check_version_id(parts[-1])
+    return uri
+
+
+def _anchor_parts(uri: str) -> tuple[str, list[str]]:
+    """A normalized URI's anchor ('gs://bucket', '/', '' for a relative path) and its path parts."""
+    if "://" in uri:
+        scheme, _, rest = uri.partition("://")
+        bucket, _, path = rest.partition("/")
+        return f"{scheme}://{bucket}", [part for part in path.split("/") if part]
+    if uri.startswith("/"):
+        return "/", [part for part in uri.split("/") if part]
+    return "", uri.split("/")
+
+
+def is_version_id(name: object) -> bool:
+    """`name` is a version id by the rule (ASCII only; never '..')."""
+    return isinstance(name, str) and _VERSION_ID.fullmatch(name) is not None and ".." not in name
+
+
 def check_version_id(version: object) -> str:
     """Return `version` if it is a valid version id, else raise naming it and the rule."""
-    if not isinstance(version, str) or not _VERSION_ID.fullmatch(version) or ".." in version:
-        raise InvalidVersionId(f"version id {version!r} breaks the rule {VERSION_ID_RULE}")
-    return version
+    if not is_version_id(version):
+        shown = _shown(version) if isinstance(version, str) else repr(version)
+        raise InvalidVersionId(f"version id {shown} breaks the rule {VERSION_ID_RULE} (ASCII only)")
+    return version  # type: ignore[return-value]
 
 
 ROOT_RULE = (
     "a dataset root may not lie inside another dataset's root or a version directory, nor hold another's root"
 )
 DIRECTORY_RULE = (
-    "a write may not land inside a version directory, nor inside a dataset root but as ROOT/versions/VERSION"
+    "a write may not land inside a version directory, nor inside a dataset root but as ROOT/versions/VERSION, "
+    "nor onto a dataset root"
 )
 # What shows a directory is a version: our writer's mark (from the first staged byte) and the
-# manifest (from the first commit; the seal never comes without one). What shows a dataset root: LATEST.
+# manifest (from the first commit; the seal never comes without one). What shows a dataset root:
+# LATEST, a publish record under _published/, or a version directory under versions/ (an
+# unpublished root too). The two directories are marks when they hold something (gs:// has no
+# empty directories): `_DIRECTORY_MARKS` are probed by listing, the others by `exists`.
 _VERSION_MARKS = (MANIFEST_NAME, WRITER_MARK_NAME)
-_ROOT_MARKS = (LATEST_NAME,)
+_ROOT_MARKS = (LATEST_NAME, PUBLISHED_DIR, VERSIONS_DIR)
+_DIRECTORY_MARKS = {PUBLISHED_DIR: "files", VERSIONS_DIR: "directories"}
+
+
+def absolute_uri(uri: str, what: str = "path") -> str:
+    """`normalize_place`, a local path made absolute: what a job hands Spark, whose driver (a
+    Spark Connect server, a JVM started elsewhere) resolves a relative path against its own cwd."""
+    return _location(normalize_place(uri, what))
 
 
 def _location(uri: str) -> str:
     """A URI spelt for comparing places: normalized, a local path absolute."""
+    uri = normalize_place(uri)
+    return uri if "://" in uri else os.path.normpath(os.path.abspath(uri))
+
+
+def _compared_location(uri: str) -> str:
+    """`_location` without the URI rule: a spelling to compare two configs' roots by."""
     uri = _normalized(uri)
     return uri if "://" in uri else os.path.normpath(os.path.abspath(uri))
 
@@ -193,21 +297,43 @@ def _refused(what: str, uri: str, enclosing: str, how: str) -> NestedDatasetRoot
     return error
 
 
-def _exist(storage: Storage, paths: list[str]) -> list[bool]:
-    """`exists` of each path: at once where a call is latency-bound (more than one rename thread)."""
-    threads = min(len(paths), getattr(storage, "rename_threads", 1))
+def _holds(storage: Storage, directory: str, name: str) -> bool:
+    """`directory` holds the mark `name`: a file, or a directory with something in it."""
+    path = storage.join(directory, name)
+    kind = _DIRECTORY_MARKS.get(name)
+    if kind == "files":
+        return bool(storage.list_sizes(path))
+    if kind == "directories":
+        return bool(storage.list_dirs(path))
+    return storage.exists(path)
+
+
+def _probe(storage: Storage, probes: list[tuple[str, str]]) -> list[bool]:
+    """`_holds` of each probe: at once where a call is latency-bound (more than one rename thread)."""
+    threads = min(len(probes), getattr(storage, "rename_threads", 1))
     if threads <= 1:
-        return [storage.exists(path) for path in paths]
+        return [_holds(storage, directory, name) for directory, name in probes]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="root-check") as pool:
-        return list(pool.map(storage.exists, paths))
+        return list(pool.map(lambda probe: _holds(storage, *probe), probes))
 
 
-def _check_enclosing(uri: str, what: str, known: Iterable[str], look: bool, itself: bool) -> str:
-    here = _location(uri)
+def _shown_mark(name: str) -> str:
+    return f"{name}/" if name in _DIRECTORY_MARKS else name
+
+
+def _check_enclosing(
+    uri: str, what: str, known: Iterable[str], look: bool, itself: bool, target: bool = False
+) -> str:
+    """`itself`: the place may not be a version directory; `target`: nor a dataset root (a write's
+    target: it writes a version, never onto a root)."""
+    # Without `look` (the config loader comparing a folder's roots) only places are compared: a path
+    # that breaks URI_RULE is refused where it is used (Dataset, the jobs, the tasks), not here.
+    place = _location if look else _compared_location
+    here = place(uri)
     for other in known:
-        there = _location(other)
+        there = place(other)
         below = _below(here, there)
         if below is not None:
             if below[0] == VERSIONS_DIR and len(below) > 1:
@@ -220,27 +346,46 @@ def _check_enclosing(uri: str, what: str, known: Iterable[str], look: bool, itse
     if not look:
         return here
     anchor, parts = _split_location(here)
-    # the root, then each directory above it up to the bucket or /
+    # the place, then each directory above it up to the bucket or /
     levels = [anchor.rstrip("/") + "/" + "/".join(parts[:n]) for n in range(len(parts), 0, -1)] + [anchor]
     probes = [(here, name) for name in _VERSION_MARKS] if itself else []
+    probes += [(here, name) for name in _ROOT_MARKS] if target else []
     probes += [(level, name) for level in levels[1:] for name in (*_VERSION_MARKS, *_ROOT_MARKS)]
     storage = storage_for(here)
-    found = _exist(storage, [storage.join(directory, name) for directory, name in probes])
+    found = _probe(storage, probes)
     for (directory, name), hit in zip(probes, found):  # the nearest first
         if not hit:
             continue
+        mark = _shown_mark(name)
+        if directory == here and name in _ROOT_MARKS:
+            how = f"is itself a dataset root (it holds {mark}); write a version of it, ROOT/versions/VERSION"
+            raise _refused(what, uri, here, how)
         if directory == here:
-            raise _refused(what, uri, here, f"is itself a version directory (it holds {name})")
+            raise _refused(what, uri, here, f"is itself a version directory (it holds {mark})")
         if name in _ROOT_MARKS:
-            how = f"lies inside the root of dataset {directory} (it holds {name})"
+            how = f"lies inside the root of dataset {directory} (it holds {mark})"
             raise _refused(what, uri, directory, how)
-        version = Version.at(directory)
+        try:
+            version = Version.at(directory)
+        except InputError:  # a directory under versions/ that no id names: still a version's place
+            version = Version(directory)
         if version.dataset is not None:
-            how = f"lies inside version {version.id!r} of dataset {version.dataset.root} (it holds {name})"
+            how = f"lies inside version {version.id!r} of dataset {version.dataset.root} (it holds {mark})"
         else:
-            how = f"lies inside the version directory {directory} (it holds {name})"
+            how = f"lies inside the version directory {directory} (it holds {mark})"
         raise _refused(what, uri, directory, how)
     return here
+
+
+def _check_not_a_root(uri: str) -> None:
+    """A write's target that is itself a dataset root (it holds LATEST, _published/ or versions/)."""
+    here = _location(uri)
+    storage = storage_for(here)
+    probes = [(here, name) for name in _ROOT_MARKS]
+    for (_, name), hit in zip(probes, _probe(storage, probes)):
+        if hit:
+            how = f"is itself a dataset root (it holds {_shown_mark(name)}); write a version of it, ROOT/versions/VERSION"
+            raise _refused("directory", uri, here, how)
 
 
 def check_dataset_root(root: str, known: Iterable[str] = (), *, look: bool = True) -> str:
@@ -250,9 +395,10 @@ def check_dataset_root(root: str, known: Iterable[str] = (), *, look: bool = Tru
     publish, the DAGs' tasks and the config loader): no dataset root inside another dataset's
     root or inside a version directory. `known`: roots of other datasets (a folder's configs),
     compared by path only, either way round. `look`: also ask storage whether the root itself
-    holds a version's files, or a directory above it a version's files or LATEST: two `exists`
-    calls for the root and three per directory above it (at once on gs://). Raises
-    NestedDatasetRoot naming the root, what encloses it and the rule.
+    holds a version's files, or a directory above it a version's files or a root's (LATEST, a
+    record under _published/, a directory under versions/): two `exists` calls for the root,
+    three and two listings per directory above it (at once on gs://). Raises InputError for a
+    path `normalize_uri` refuses, NestedDatasetRoot naming the root, what encloses it and the rule.
     """
     return _check_enclosing(root, "dataset root", known, look, itself=True)
 
@@ -319,7 +465,7 @@ class Dataset:
     root: str
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "root", _normalized(self.root))
+        object.__setattr__(self, "root", normalize_place(self.root, "dataset root"))
 
     @functools.cached_property
     def storage(self) -> Storage:
@@ -346,14 +492,14 @@ class Dataset:
     def pinned_ids(self) -> list[str]:
         """Pinned versions (valid ids only)."""
         names = self.storage.list_sizes(self.storage.join(self.root, PINS_DIR))
-        return sorted(name for name in names if _VERSION_ID.fullmatch(name) and ".." not in name)
+        return sorted(name for name in names if is_version_id(name))
 
     def version_ids(self) -> list[str]:
         """Directories under versions/ (valid ids only)."""
         return [
             name
             for name in self.storage.list_dirs(self.storage.join(self.root, VERSIONS_DIR))
-            if _VERSION_ID.fullmatch(name) and ".." not in name
+            if is_version_id(name)
         ]
 
     def published_ids(self) -> list[str]:
@@ -375,16 +521,28 @@ class Dataset:
         return self.published(latest)
 
     def published(self, version_id: str) -> tuple["Version", Manifest]:
-        """A published version and its manifest (read once), checked against its publish record."""
+        """A published version and its manifest (read once), checked against its publish record.
+        ManifestChanged says which check failed: no record (retired by gc or never published), no
+        manifest, or a manifest whose digest is not the one the record holds."""
         version = self.version(version_id)
         record = self.read_record(version_id)
+        if record is None:
+            raise ManifestChanged(
+                f"version {version_id!r} of {self.root} has no publish record ({PUBLISHED_DIR}/{version_id}.json): "
+                "it was retired by gc, or never published; build on a published version "
+                f"(published: {', '.join(self.published_ids()) or 'none'})"
+            )
         data, _ = version.read_manifest_bytes()
-        digest = None if data is None else hashlib.sha256(data).hexdigest()
-        if data is None or record is None or record.get("manifest_sha256") != digest:
+        if data is None:
+            raise ManifestChanged(
+                f"{version.uri}: published, but it holds no {MANIFEST_NAME} (removed after publishing, or gc is "
+                "retiring it); the published version was changed"
+            )
+        digest = hashlib.sha256(data).hexdigest()
+        if record.get("manifest_sha256") != digest:
             raise ManifestChanged(
                 f"{version.uri}: its manifest (sha256 {digest}) is not the one published "
-                f"(sha256 {None if record is None else record.get('manifest_sha256')}); "
-                "the published version was changed"
+                f"(sha256 {record.get('manifest_sha256')}); the published version was changed"
             )
         return version, Manifest.from_json(data)
 
@@ -404,12 +562,13 @@ class Version:
 
     @classmethod
     def at(cls, uri: str) -> "Version":
-        """The version at a directory URI; recognises ROOT/versions/ID."""
-        uri = _normalized(uri)
-        parent, _, name = uri.rpartition("/")
-        grandparent, _, versions = parent.rpartition("/")
-        if versions == VERSIONS_DIR and grandparent and _VERSION_ID.fullmatch(name) and ".." not in name:
-            return Dataset(grandparent).version(name)
+        """The version at a directory URI, normalised (`normalize_uri`); recognises ROOT/versions/ID.
+        A directory right under a `versions/` is a version: its name must be an id by the rule
+        (InvalidVersionId), never a plain directory named `.hidden`, `２０２６` or `..`."""
+        uri = normalize_place(uri)
+        anchor, parts = _anchor_parts(uri)
+        if len(parts) >= 2 and parts[-2] == VERSIONS_DIR and (len(parts) > 2 or "://" in anchor):
+            return Dataset(uri.rsplit("/", 2)[0]).version(parts[-1])
         return cls(uri)
 
     @functools.cached_property
@@ -532,8 +691,9 @@ class Version:
         any write below another dataset's root or a version directory (`check_dataset_root`)."""
         if self.dataset is not None:
             check_dataset_root(self.dataset.root)
-        else:  # a plain directory: it may be a version itself, but nothing above it may be one
-            _check_enclosing(self.uri, "directory", (), True, itself=False)
+            _check_not_a_root(self.uri)  # X/versions/inner, where inner is a dataset root
+        else:  # a plain directory: it may be a version itself, but nothing above it may be one, nor a root
+            _check_enclosing(self.uri, "directory", (), True, itself=False, target=True)
         published = self.is_published()
         if published or self.is_sealed():
             state = "published" if published else "sealed for publishing"

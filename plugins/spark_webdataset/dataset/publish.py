@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .lock import DEFAULT_LEASE_SECONDS, CommitLock
+from .staging import clean_dead_staging
 from ..testing import faults
 from ..errors import NotCommitted, PreconditionFailed, PublishRefused
 from ..format.manifest import Manifest, ShardEntry
@@ -98,6 +99,7 @@ def publish(
     existing = dataset.read_record(version)
     if existing is not None:
         return _republish(dataset, target, existing, target.manifest_digest())
+    _check_exists(dataset, target)  # before the lock: its object would create the version's directory
     with CommitLock(target, f"publish-{uuid.uuid4().hex}", lease_seconds=lease_seconds) as lock:
         manifest_bytes, token = target.read_manifest_bytes()
         if manifest_bytes is None:
@@ -110,6 +112,9 @@ def publish(
                 f"{target.uri}: the version holds no samples; refusing to publish it (an empty source or "
                 "filter?); pass --allow-empty to publish an empty version on purpose"
             )
+        # A sealed directory holds exactly the version: a dead job's staging goes first (a live
+        # job's stays; its commit will find the seal and refuse).
+        clean_dead_staging(target, own_job_id="")
         lock.check()
         faults.point("publish:sealing")
         _seal(target, lock, manifest_bytes, token)
@@ -190,6 +195,20 @@ def _logical_date(version: str, given: str | datetime.datetime | None) -> str:
     if given:
         return iso_utc(parse_logical_date(given))
     return iso_utc(timestamp_in_id(version) or datetime.datetime.now(datetime.timezone.utc))
+
+
+def _check_exists(dataset: Dataset, target: Version) -> None:
+    """PublishRefused, creating nothing, for a version that was never committed (no manifest)."""
+    storage = target.storage
+    if storage.exists(target.manifest_uri):
+        return
+    if not storage.list_sizes(target.uri) and not storage.list_dirs(target.uri):
+        versions = ", ".join(dataset.version_ids()) or "none"
+        raise PublishRefused(
+            f"{dataset.root}: no version {target.name!r} to publish ({target.uri} does not exist; versions: {versions}); "
+            "write it first"
+        )
+    raise PublishRefused(f"{target.uri}: no {MANIFEST_NAME}; write the version first")
 
 
 def _check_not_retired(target: Version) -> None:

@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from ..format.names import KEY_COLUMN
 from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
 from ..format.sizes import format_size, spell_size
 from ..dataset.changes import APPEND, CHANGES, DELETE
-from ..dataset.layout import Dataset, check_dataset_root, check_version_id
+from ..dataset.layout import Dataset, Version, absolute_uri, check_dataset_root, check_version_id
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -176,6 +177,31 @@ def order_samples(df: "DataFrame", partitions: int, order: str, seed: int) -> "D
     return df.coalesce(partitions)  # never more partitions than the source has (and no RDD: Spark Connect)
 
 
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def absolute_paths(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with --output and a local --source absolute: Spark resolves a relative path against its
+    driver's working directory (a Spark Connect server's, or a JVM started elsewhere), this job
+    against its own, and the two wrote and looked in different places."""
+    args = argparse.Namespace(**vars(args))
+    args.output = absolute_uri(args.output, "--output")
+    if args.source and not _SCHEME.match(args.source):  # hdfs:, s3a:, gs://... stay as given
+        args.source = os.path.abspath(args.source)
+    return args
+
+
+def committed(version: Version) -> Manifest:
+    """The manifest the job's write just committed, or an error that says why it is not there."""
+    manifest = version.read_manifest()
+    if manifest is None:
+        raise WebDatasetError(
+            f"{version.uri}: the write reported success, but there is no manifest there: Spark and this job "
+            "see different storage (give --output as an absolute path or a URI both can reach)"
+        )
+    return manifest
+
+
 def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
     """Run the job; return the summary. Raises WebDatasetError on bad input."""
     from pyspark.sql import functions as F
@@ -184,12 +210,12 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
     from ..spark.options import WriteOptions
 
     register(spark)
+    args = absolute_paths(args)
     max_shard_bytes = parse_max_shard_bytes(args.max_shard_bytes, "--max-shard-bytes")
     version = Dataset(args.output).version(args.version)
     target = version.uri
     if version.is_published() and args.skip_if_published:
-        manifest = version.read_manifest()
-        assert manifest is not None
+        manifest = committed(version)
         print(f"build_webdataset: version {args.version!r} is published already; nothing to write", flush=True)
         return version_summary(args.version, target, manifest, 0.0, skipped=True)
     version.check_writable()
@@ -236,8 +262,7 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
         writer = writer.option(name, value)
     writer.save(target)
     seconds = time.monotonic() - started
-    manifest = version.read_manifest()
-    assert manifest is not None
+    manifest = committed(version)
     change = manifest.run.get("change")
     if change is not None:  # an upsert: every row replaced a sample or added one
         if change["added"] + change["replaced"] != rows:
@@ -262,8 +287,7 @@ def _delete(args: argparse.Namespace, version, keys_df: "DataFrame", started: fl
     options = WriteOptions(path=version.uri, parent=args.parent, change=DELETE)
     keys_df.write.format("webdataset").options(**options.spark_options()).mode(args.mode).save(version.uri)
     seconds = time.monotonic() - started
-    manifest = version.read_manifest()
-    assert manifest is not None
+    manifest = committed(version)
     change = manifest.run["change"]
     print(
         f"build_webdataset: deleted {change['deleted']} sample(s) of {change['requested']} key row(s) given; "
@@ -344,7 +368,7 @@ def run_job(name: str, job, args: argparse.Namespace) -> tuple[int, dict | None]
         return 0, job(spark, args)
     except Exception as error:  # noqa: BLE001 - Spark wraps our errors; show the cause
         cause = from_spark(error)
-        print(f"{name}: error: {cause or error}", file=sys.stderr, flush=True)
+        print(f"{name}: error: {str(cause or error) or type(error).__name__}", file=sys.stderr, flush=True)
         unnamed_bad_input = cause is None and (isinstance(error, ValueError) or _names_missing_input(error))
         bad_input = isinstance(cause, InputError) or unnamed_bad_input
         return (EXIT_BAD_INPUT if bad_input else EXIT_FAILED), None
