@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import BadOption, ChecksumMismatch, VersionSealed, WebDatasetError
+from ..errors import BadOption, ChecksumMismatch, InputError, VersionSealed, WebDatasetError
 from ..format.checksums import crc32c_extend, crc32c_text
 from ..format.keys import count_duplicates, merge_blocks
 from ..format.manifest import Manifest, ShardEntry
@@ -372,7 +372,10 @@ def _check_report_path(report_path: str) -> str:
             raise BadOption(f"--report {report_path}: is a directory; name the report file")
     directory = path.rsplit("/", 1)[0]
     while "/" in directory.split("://", 1)[-1]:
-        holder = Version.at(directory)
+        try:
+            holder = Version.at(directory)
+        except InputError as error:  # the path rule (layout.normalize_uri): name the option it came from
+            raise BadOption(f"--report {report_path}: {error}") from None
         if holder.dataset is not None and (holder.is_sealed() or holder.is_published()):
             raise VersionSealed(
                 f"--report {report_path}: inside version {holder.name!r} at {holder.uri}, which is sealed or "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import uuid
 from typing import BinaryIO, Callable, Iterator, TypeVar
@@ -95,8 +96,17 @@ class LocalStorage(Storage):
         return newest
 
     def remove_empty_dir(self, directory: str) -> None:
+        """Remove `directory` if nothing is in it but the lock files of objects that are gone."""
+        directory = local_path(directory)
         try:
-            os.rmdir(local_path(directory))
+            names = os.listdir(directory)
+        except OSError:
+            return  # gone, or not a directory
+        for name in names:
+            if _LOCK_FILE.fullmatch(name) and not os.path.lexists(os.path.join(directory, name[1 : -len(".lock")])):
+                _remove_lock_file(os.path.join(directory, name), os.path.join(directory, name[1 : -len(".lock")]))
+        try:
+            os.rmdir(directory)
         except OSError:
             pass  # not empty, or gone
 
@@ -189,11 +199,16 @@ class LocalStorage(Storage):
     def _locked(self, path: str) -> Iterator[None]:
         # A lock file beside the object serializes writers across processes;
         # readers never take it (the replace itself is atomic).
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        # The lock file of an object that is gone may be removed (`remove_empty_dir`): a locker
+        # holds the lock only while the file it locked is still the one at that path.
         lock_path = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.lock")
-        with open(lock_path, "a+b") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            yield
+        while True:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            with open(lock_path, "a+b") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if _same_file(lock.fileno(), lock_path):
+                    yield
+                    return
 
     def replace_if(self, path: str, data: bytes, token: object) -> bool:
         path = local_path(path)
@@ -215,6 +230,28 @@ class LocalStorage(Storage):
 
 
 _CREATE_ATTEMPTS = 10
+_LOCK_FILE = re.compile(r"\..+\.lock")  # `_locked`'s file beside an object: .<name>.lock
+
+
+def _same_file(descriptor: int, path: str) -> bool:
+    try:
+        return os.stat(path).st_ino == os.fstat(descriptor).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _remove_lock_file(lock_path: str, guarded: str) -> None:
+    """Unlink a lock file whose object is gone, holding the lock itself (never one another holds)."""
+    try:
+        with open(lock_path, "rb") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # in use: its object is being written
+            if _same_file(lock.fileno(), lock_path) and not os.path.lexists(guarded):
+                os.unlink(lock_path)
+    except FileNotFoundError:
+        pass
 
 
 def _in_new_dir(directory: str, create: Callable[[], T]) -> T:
