@@ -56,3 +56,10 @@ def test_inspect_names_pins_and_a_missing_latest(tmp_path: Path) -> None:
     assert json.loads(run_cli("inspect", str(root), "--json").stdout)["pinned"] == ["20261201T000000Z"]
     (root / "LATEST").unlink()  # a root whose LATEST is gone (or was never written) says so in words
     assert "LATEST=none" in run_cli("inspect", str(root)).stdout.splitlines()[0]
+
+
+def test_cat_of_a_path_no_file_system_takes_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    for path in (tmp_path / ("x" * 300), tmp_path):  # a name too long; a directory
+        result = run_cli("cat", str(path))
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.startswith("spark-webdataset cat: error: "), result.stderr

@@ -51,12 +51,16 @@ class LocalStorage(Storage):
             return open(local_path(path), "rb", buffering=1 << 20)
         except FileNotFoundError:
             raise StorageError(f"{path}: no such file") from None
+        except OSError as error:  # a name too long, a directory, no permission: the path's fault
+            raise StorageError(f"{path}: cannot open it: {error.strerror}") from None
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
         try:
             descriptor = os.open(local_path(path), os.O_RDONLY)
         except FileNotFoundError:
             raise StorageError(f"{path}: no such file") from None
+        except OSError as error:
+            raise StorageError(f"{path}: cannot open it: {error.strerror}") from None
         try:
             return os.pread(descriptor, length, offset)
         finally:
