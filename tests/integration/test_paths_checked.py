@@ -154,3 +154,23 @@ def test_a_write_and_a_read_from_other_threads_need_no_second_register(spark, tm
     streamed.start()
     streamed.join(300)
     assert results == {"write": None, "read": 7, "load": 7}
+
+
+def test_the_reshard_job_hands_spark_absolute_paths(spark, tmp_path, monkeypatch, capsys) -> None:
+    """As the build job: a relative --input and --output are this job's, not Spark's working directory's."""
+    from spark_webdataset.jobs.reshard import main
+
+    source = tmp_path / "src"
+    write(frame(spark, 0, 40), str(source))
+    jvm_cwd = Path.cwd()
+    monkeypatch.chdir(tmp_path)
+    relative_root = f"rel-{uuid.uuid4().hex[:8]}"
+    try:
+        code = main(["--input", "src", "--output", relative_root, "--version", "v1", "--max-shard-bytes", "64KiB"])
+        assert code == 0, capsys.readouterr().err
+        assert validate_version(str(tmp_path / relative_root / "versions" / "v1")).ok
+    finally:
+        stray = jvm_cwd / relative_root
+        found = stray.exists()
+        shutil.rmtree(stray, ignore_errors=True)
+    assert not found, f"Spark wrote into its own working directory: {stray}"

@@ -186,9 +186,13 @@ def absolute_paths(args: argparse.Namespace) -> argparse.Namespace:
     against its own, and the two wrote and looked in different places."""
     args = argparse.Namespace(**vars(args))
     args.output = absolute_uri(args.output, "--output")
-    if args.source and not _SCHEME.match(args.source):  # hdfs:, s3a:, gs://... stay as given
-        args.source = os.path.abspath(args.source)
+    args.source = absolute_local(args.source)
     return args
+
+
+def absolute_local(path: str | None) -> str | None:
+    """A local path made absolute; a URI (hdfs:, s3a:, gs://...) or a table stays as given."""
+    return os.path.abspath(path) if path and not _SCHEME.match(path) else path
 
 
 def committed(version: Version) -> Manifest:

@@ -20,6 +20,7 @@ import time
 from typing import TYPE_CHECKING, Sequence
 
 from .build import (
+    absolute_local,
     order_samples,
     plan_partitions,
     print_summary,
@@ -31,7 +32,7 @@ from ..errors import InputError, NeedsClassicSpark, WebDatasetError
 from ..format.names import KEY_COLUMN
 from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
 from ..format.sizes import spell_size
-from ..dataset.layout import Dataset
+from ..dataset.layout import Dataset, absolute_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -85,6 +86,8 @@ def reshard(spark: "SparkSession", args: argparse.Namespace) -> dict:
             'with spark-submit ("$(python -m spark_webdataset.jobs.entry reshard.py)"), or drop --shard-multiple'
         )
     register(spark)
+    # Spark's driver (a Connect server, a JVM started elsewhere) resolves relative paths against its own cwd
+    args = argparse.Namespace(**{**vars(args), "input": absolute_local(args.input), "output": absolute_uri(args.output, "--output")})
     max_shard_bytes = parse_max_shard_bytes(args.max_shard_bytes, "--max-shard-bytes")
     version = Dataset(args.output).version(args.version)
     target = version.uri
