@@ -46,12 +46,12 @@ from pydantic import (
 )
 
 from ..jobs.build import ORDERS
-from ..errors import DatasetConfigError, NestedDatasetRoot
+from ..errors import DatasetConfigError, InputError, NestedDatasetRoot
 from ..format.names import control_error, field_error, field_name_error
 from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
 from ..format.sizes import spell_size
 from ..dataset.changes import APPEND, CHANGES
-from ..dataset.layout import check_dataset_root, check_version_id
+from ..dataset.layout import check_dataset_root, check_version_id, normalize_uri
 from ..dataset.retention import DEFAULT_MIN_AGE_SECONDS, RetentionPolicy
 from ..dataset.retention import parse_duration as parse_age
 
@@ -407,7 +407,10 @@ class DatasetConfig(BaseModel):
     @field_validator("root")
     @classmethod
     def _resolve_root(cls, value: str, info: ValidationInfo) -> str:
-        return _resolve(_no_control(value, "root"), info)
+        try:  # the path rule every entry point applies (layout.normalize_uri): refused here, naming the file
+            return normalize_uri(_resolve(_no_control(value, "root"), info), "root")  # relative: to the file's folder
+        except InputError as error:
+            raise ValueError(str(error)) from None
 
     @field_validator("fields")
     @classmethod

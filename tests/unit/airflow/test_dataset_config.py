@@ -170,7 +170,7 @@ def test_a_folder_loads_every_good_file_and_names_each_bad_one(tmp_path) -> None
         ("b.yaml", "max_shard_bytes"), ("d.yaml", "name"), ("e.yaml", "root"),
     ]  # fmt: skip
     assert "'a' is also the name of a.yaml" in str(loaded.errors[1])
-    assert "'/out/ds/' is also the root of a.yaml; two DAGs cannot publish into one dataset" in str(loaded.errors[2])
+    assert "'/out/ds' is also the root of a.yaml; two DAGs cannot publish into one dataset" in str(loaded.errors[2])
     summary = str(InvalidDatasetConfigs(loaded.errors))
     assert summary.startswith("3 dataset configs cannot be used (every other dataset's DAG loads):\n")
     assert summary.count(str(tmp_path)) == 3

@@ -25,7 +25,7 @@ from tests.support import DAGS
     [
         ("/data/ds", "/data/ds/versions/20261101", "lies inside version '20261101' of dataset /data/ds"),
         ("/data/ds", "/data/ds/sub/more", "lies inside the root of dataset /data/ds"),
-        ("gs://b/ds/", "gs://b/ds/versions/v1/x", "lies inside version 'v1' of dataset gs://b/ds/"),
+        ("gs://b/ds", "gs://b/ds/versions/v1/x", "lies inside version 'v1' of dataset gs://b/ds"),
     ],
 )
 def test_nested_config_roots_are_an_error_naming_both_files(tmp_path, outer, inner, how) -> None:
