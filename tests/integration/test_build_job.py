@@ -161,3 +161,26 @@ def test_build_job_source_table_and_seed(spark, tmp_path) -> None:
     assert sorted(tar_keys(shard_paths(two))) == sorted(tar_keys(shard_paths(one)))  # same keys
     assert tar_keys(shard_paths(two)) != tar_keys(shard_paths(one))  # another order
     assert tar_samples(shard_paths(two)) == samples
+
+
+def test_a_days_delete_lands_on_its_upsert_without_a_mode(spark, tmp_path) -> None:
+    """The build job's delete defaults to --mode append: run after the day's upsert into the same
+    version, it removes its keys from the upsert's result instead of replacing it."""
+    from spark_webdataset.dataset.layout import Dataset
+    from spark_webdataset.dataset.publish import publish
+    from spark_webdataset.dataset.validate import validate_version
+
+    spark.range(0, 40).selectExpr("id", "CAST(id % 10 AS INT) AS label").write.parquet(str(tmp_path / "day0"))
+    spark.range(35, 45).selectExpr("id", "CAST(7 AS INT) AS label").write.parquet(str(tmp_path / "upsert"))
+    spark.range(0, 3).selectExpr("id").write.parquet(str(tmp_path / "delete"))
+    root = str(tmp_path / "root")
+    key = ["--key", "format_string('%04d', id)"]
+    build(spark, build_args("--source", str(tmp_path / "day0"), "--output", root, "--version", "d0", *key, "--field", "cls=label"))
+    assert validate_version(f"{root}/versions/d0").ok
+    publish(root, "d0")
+    day = ["--output", root, "--version", "d1", "--parent", "d0", *key]
+    build(spark, build_args("--source", str(tmp_path / "upsert"), *day, "--field", "cls=label", "--change", "upsert"))
+    build(spark, build_args("--source", str(tmp_path / "delete"), *day, "--change", "delete"))
+    samples = tar_samples(Dataset(root).version("d1").entry_uri(entry) for entry in Dataset(root).version("d1").read_manifest().shards)
+    assert sorted(samples) == [f"{i:04d}" for i in range(3, 45)]  # 0-2 deleted, 40-44 added by the upsert
+    assert samples["0036"]["cls"] == b"7" and samples["0005"]["cls"] == b"5"  # the upsert kept

@@ -86,7 +86,12 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-samples-per-shard", type=int, default=None)
     parser.add_argument("--order", choices=ORDERS, default="hash", help="sample order (default hash)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the hash order")
-    parser.add_argument("--mode", choices=("overwrite", "append"), default="overwrite")
+    parser.add_argument(
+        "--mode",
+        choices=("overwrite", "append"),
+        help="overwrite replaces the version's content; append commits onto it (default: append for --change "
+        "delete, so a day's delete lands on that day's upsert instead of replacing it; overwrite otherwise)",
+    )
     parser.add_argument(
         "--parent",
         help="build on this published version of the root (LATEST, or an id): its shards are referenced, "
@@ -215,6 +220,8 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
 
     register(spark)
     args = absolute_paths(args)
+    if args.mode is None:
+        args.mode = "append" if args.change == DELETE else "overwrite"
     max_shard_bytes = parse_max_shard_bytes(args.max_shard_bytes, "--max-shard-bytes")
     version = Dataset(args.output).version(args.version)
     target = version.uri
