@@ -164,6 +164,8 @@ class WebDatasetWriter(DataSourceArrowWriter):
                 f"option change=delete: {version.uri} has no published parent to delete from "
                 f"(parent={options.parent!r})"
             )
+        # What this job creates (the version directory, `versions/`, a new root): a failed write removes it again.
+        self.created_dirs = version.storage.missing_dirs(version.uri)
         if not version.storage.exists(version.mark_uri):
             version.storage.write_atomic(version.mark_uri, WRITER_MARK)
         clean_dead_staging(version, self.job_id)
@@ -358,6 +360,8 @@ class WebDatasetWriter(DataSourceArrowWriter):
             storage.delete(version.mark_uri)
             self.remove_own_staging()
             storage.remove_empty_dir(version.uri)
+            for directory in self.created_dirs:  # deepest first; each only if empty (another job may use it)
+                storage.remove_empty_dir(directory)
         elif tasks_may_run:
             mark_aborted(version, self.job_id)
             remove_staged_files(version, self.job_id)  # the lease stays, saying aborted, for late tasks

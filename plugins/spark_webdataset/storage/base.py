@@ -105,6 +105,11 @@ class Storage(ABC):
     def remove_empty_dir(self, directory: str) -> None:
         """Remove `directory` if it holds nothing (object stores have no directories: a no-op)."""
 
+    def missing_dirs(self, directory: str) -> list[str]:
+        """`directory` and its ancestors that do not exist yet, deepest first: what a write into it
+        would create, so that a write that fails can remove them again (object stores: none)."""
+        return []
+
     def crc32c_below(self, directory: str) -> dict[str, str] | None:
         """The crc32c the server keeps for every object below `directory` (recursive), by path
         relative to it, as GCS reports it (base64 of the big-endian value); None if this storage

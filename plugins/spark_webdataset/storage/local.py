@@ -114,6 +114,14 @@ class LocalStorage(Storage):
         except OSError:
             pass  # not empty, or gone
 
+    def missing_dirs(self, directory: str) -> list[str]:
+        missing, path = [], local_path(directory)
+        while path and not os.path.lexists(path):
+            missing.append(path)
+            parent = os.path.dirname(path)
+            path = parent if parent != path else ""
+        return missing
+
     def delete_tree(self, directory: str) -> None:
         shutil.rmtree(local_path(directory), ignore_errors=True)
 

@@ -164,6 +164,18 @@ def _failing_commit(uri: str) -> None:
     writer.abort(messages)
 
 
+def committer_write(uri: str) -> None:
+    """One task's staging and the driver's commit, aborted on failure as Spark aborts a job."""
+    writer = WebDatasetWriter(WriteOptions.parse({"path": uri}), SCHEMA, overwrite=True)
+    batch = pa.record_batch([pa.array(["k1"]), pa.array(["a"])], names=["__key__", "txt"])
+    message = writer.write(iter([batch]))
+    try:
+        writer.commit([message])
+    except Exception:
+        writer.abort([message])
+        raise
+
+
 def test_a_failed_write_to_a_fresh_version_leaves_no_directory(tmp_path) -> None:
     root = str(tmp_path / "ds")
     published(root, "v1")
@@ -240,3 +252,12 @@ def test_manifest_changed_says_what_is_wrong(tmp_path) -> None:
     with pytest.raises(ManifestChanged) as missing:
         dataset.published("v1")
     assert "None" not in str(missing.value) and "no _manifest.json" in str(missing.value)
+
+
+def test_a_failed_write_to_a_fresh_root_removes_the_directories_it_made(tmp_path) -> None:
+    _failing_commit(str(tmp_path / "new" / "versions" / "v1"))
+    assert not (tmp_path / "new").exists()
+    # a nested path that only the commit refuses (its own staging made ROOT/versions/ appear): nothing stays
+    with pytest.raises(NestedDatasetRoot):
+        committer_write(str(tmp_path / "other" / "versions" / "a" / "b"))
+    assert not (tmp_path / "other").exists()
