@@ -121,6 +121,10 @@ def _cat(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # the reader stopped early (e.g. it took the first sample): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())  # no second error when Python flushes at exit
         return EXIT_BROKEN_PIPE
+    except OSError as error:  # a read that failed half-way (EIO): the object's fault, named
+        from .errors import StorageError
+
+        raise StorageError(f"{uri}: reading it failed: {error.strerror or error}") from None
     return 0
 
 

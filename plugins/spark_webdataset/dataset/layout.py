@@ -191,8 +191,18 @@ def normalize_uri(uri: object, what: str = "path") -> str:
 
 
 def _read_json(storage: Storage, path: str) -> dict | None:
+    """A small JSON document of ours (a publish record, a report); None if absent, ManifestChanged
+    naming it if it is not a JSON object (someone wrote over it)."""
     data, _ = storage.read_versioned(path)  # absent is None: no separate exists() call
-    return None if data is None else json.loads(data)
+    if data is None:
+        return None
+    try:
+        document = json.loads(data)
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError
+        raise ManifestChanged(f"{path}: not a JSON document ({error}); it was changed by hand") from None
+    if not isinstance(document, dict):
+        raise ManifestChanged(f"{path}: a {type(document).__name__}, not a JSON object; it was changed by hand")
+    return document
 
 
 def _normalized(uri: str) -> str:
@@ -511,7 +521,15 @@ class Dataset:
 
     def read_latest(self) -> str | None:
         data, _ = self.storage.read_versioned(self.latest_uri)
-        return data.decode().strip() if data else None
+        if not data:
+            return None
+        try:
+            return check_version_id(data.decode("ascii").strip())
+        except (UnicodeDecodeError, InvalidVersionId):
+            raise ManifestChanged(
+                f"{self.latest_uri}: holds {data[:80]!r}, not a version id; it was changed by hand "
+                "(`spark-webdataset latest ROOT --set ID` points it at a published version)"
+            ) from None
 
     def latest(self) -> tuple["Version", Manifest]:
         """The LATEST published version and its manifest (read once), checked against its publish record."""

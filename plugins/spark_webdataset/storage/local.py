@@ -205,6 +205,8 @@ class LocalStorage(Storage):
                 status = os.fstat(stream.fileno())
         except FileNotFoundError:
             return None, None
+        except OSError as error:  # a file where a directory of the path should be, a directory, no access
+            raise StorageError(f"{path}: cannot read it: {error.strerror}") from None
         return data, (status.st_ino, status.st_mtime_ns, data)
 
     @contextlib.contextmanager
