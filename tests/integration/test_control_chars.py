@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.helpers import raised
+
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
@@ -28,14 +30,6 @@ from tests.support.tars import version_with
 pytestmark = pytest.mark.slow
 
 CONTROL_KEYS = ["a\nb", "a\rb", "a\tb", "x/a\x01b", "a\x7fb", "a\x1fb", "ab\n"]
-
-
-def raised(call) -> Exception:
-    with pytest.raises(Exception) as failure:
-        call()
-    error = from_spark(failure.value)
-    assert error is not None, f"not one of our errors: {failure.value}"
-    return error
 
 
 def write(df, uri: str) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import spark_webdataset
-from tests.support.helpers import snapshot_files
+from tests.support.helpers import raised, snapshot_files, write
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.retention import RetentionPolicy, collect
@@ -30,22 +30,6 @@ def frame(spark, start: int, count: int, prefix: str = "k"):
     return spark.range(start, start + count, numPartitions=2).selectExpr(
         f"format_string('{prefix}%05d', id) AS __key__", "format_string('text %d', id) AS txt"
     )
-
-
-def write(df, uri: str, mode: str = "overwrite", **options) -> None:
-    writer = df.write.format("webdataset").mode(mode)
-    for name, value in options.items():
-        writer = writer.option(name, value)
-    writer.save(uri)
-
-
-def raised(call) -> Exception:
-    """The typed error of ours behind whatever `call` raised (Spark wraps driver errors)."""
-    with pytest.raises(Exception) as failure:
-        call()
-    error = from_spark(failure.value)
-    assert error is not None, f"not one of our errors: {failure.value}"
-    return error
 
 
 def published_root(spark, root: Path, version: str = "v1", samples: int = 10, prefix: str = "k") -> None:

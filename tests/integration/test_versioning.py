@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.helpers import raised, write
+
 from spark_webdataset.errors import (
     BadOption,
     DuplicateKey,
@@ -43,22 +45,6 @@ def frame(spark, start: int, count: int, prefix: str = "k", partitions: int = 2)
     return spark.range(start, start + count, numPartitions=partitions).selectExpr(
         f"format_string('{prefix}%05d', id) AS __key__", "repeat('x', CAST(id % 7 * 100 AS INT)) AS txt", "id AS cls"
     )
-
-
-def write(df, uri: str, mode: str = "overwrite", **options) -> None:
-    writer = df.write.format("webdataset").mode(mode)
-    for name, value in options.items():
-        writer = writer.option(name, value)
-    writer.save(uri)
-
-
-def raised(call) -> Exception:
-    """The typed error of ours behind whatever `call` raised (Spark wraps driver and task errors)."""
-    with pytest.raises(Exception) as failure:
-        call()
-    error = from_spark(failure.value)
-    assert error is not None, f"not one of our errors: {failure.value}"
-    return error
 
 
 def published_root(spark, root: str, samples: int = 10) -> Version:

@@ -4,6 +4,7 @@ the build job in processes of their own, stopping process groups, counting Spark
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import io
 import json
@@ -14,7 +15,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import google_crc32c
 
@@ -175,6 +176,36 @@ def stop_groups(processes: list[subprocess.Popen], seconds: float = 5) -> None:
         process.wait(timeout=30)
 
 
+@contextlib.contextmanager
+def _job_group(spark) -> Iterator[tuple[str, object]]:
+    """A job group of its own for the actions run inside, and Spark's status tracker to follow its jobs."""
+    import uuid
+
+    context = spark.sparkContext
+    group = f"test-{uuid.uuid4().hex}"
+    properties = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+    previous = {name: context.getLocalProperty(name) for name in properties}
+    context.setJobGroup(group, "test: follow the jobs of an action")
+    try:
+        yield group, context.statusTracker()
+    finally:
+        for name, value in previous.items():
+            context.setLocalProperty(name, value)  # None removes it
+
+
+def _wait_for(tracker, group: str, timeout: float, tasks_too: bool) -> list:
+    """The group's jobs once each has ended in Spark's status store (and, `tasks_too`, each of their tasks)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup(group)]
+        stages = [tracker.getStageInfo(stage) for job in jobs if job is not None for stage in job.stageIds]
+        ended = bool(jobs) and all(job is not None and job.status in ("SUCCEEDED", "FAILED") for job in jobs)
+        if ended and (not tasks_too or all(stage is None or stage.numActiveTasks == 0 for stage in stages)):
+            return jobs
+        assert time.monotonic() < deadline, f"the jobs of {group} did not end in Spark's status store: {jobs}"
+        time.sleep(0.05)
+
+
 def failed_task_attempts(spark, action: Callable[[], object], timeout: float = 60) -> int:
     """Run `action` (a Spark action) in a job group of its own and return how many task attempts
     of its jobs failed, as Spark's status store counts them (it runs with spark.ui.enabled=false).
@@ -183,26 +214,9 @@ def failed_task_attempts(spark, action: Callable[[], object], timeout: float = 6
     asserts it, so the test fails if no first attempt failed. The status listener runs after the
     action returns: wait until it has seen every job of the group end.
     """
-    import uuid
-
-    context = spark.sparkContext
-    group = f"failed-task-attempts-{uuid.uuid4().hex}"
-    properties = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
-    previous = {name: context.getLocalProperty(name) for name in properties}
-    context.setJobGroup(group, "test: count failed task attempts")
-    try:
+    with _job_group(spark) as (group, tracker):
         action()
-    finally:
-        for name, value in previous.items():
-            context.setLocalProperty(name, value)  # None removes it
-    tracker = context.statusTracker()
-    deadline = time.monotonic() + timeout
-    while True:
-        jobs = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup(group)]
-        if jobs and all(job is not None and job.status in ("SUCCEEDED", "FAILED") for job in jobs):
-            break
-        assert time.monotonic() < deadline, f"the jobs of {group} did not end in Spark's status store: {jobs}"
-        time.sleep(0.05)
+    jobs = _wait_for(tracker, group, timeout, tasks_too=False)
     stages = [tracker.getStageInfo(stage) for job in jobs for stage in job.stageIds]
     assert all(stage is not None for stage in stages), stages
     return sum(stage.numFailedTasks for stage in stages)
@@ -234,26 +248,29 @@ def run_until_every_task_ended(spark, action: Callable[[], object], timeout: flo
     task of its jobs has ended, as Spark's status store counts them: a failed job's `save()` raises
     while sibling tasks still run (Spark does not wait for them before `abort()`), and what such a
     task leaves is only final once it ended."""
-    import uuid
+    with _job_group(spark) as (group, tracker):
+        try:
+            action()
+        finally:
+            _wait_for(tracker, group, timeout, tasks_too=True)
 
-    context = spark.sparkContext
-    group = f"every-task-ended-{uuid.uuid4().hex}"
-    properties = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
-    previous = {name: context.getLocalProperty(name) for name in properties}
-    context.setJobGroup(group, "test: wait for every task to end")
-    try:
-        action()
-    finally:
-        for name, value in previous.items():
-            context.setLocalProperty(name, value)  # None removes it
-        tracker = context.statusTracker()
-        deadline = time.monotonic() + timeout
-        while True:
-            jobs = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup(group)]
-            stages = [tracker.getStageInfo(stage) for job in jobs if job is not None for stage in job.stageIds]
-            if all(job is not None and job.status in ("SUCCEEDED", "FAILED") for job in jobs) and all(
-                stage is None or stage.numActiveTasks == 0 for stage in stages
-            ):
-                break
-            assert time.monotonic() < deadline, f"the tasks of {group} did not end: {stages}"
-            time.sleep(0.05)
+
+def write(df, uri: str, mode: str = "overwrite", **options) -> None:
+    """`df.write.format("webdataset")` with these options and mode, saved at `uri`."""
+    writer = df.write.format("webdataset").mode(mode)
+    for name, value in options.items():
+        writer = writer.option(name, value)
+    writer.save(uri)
+
+
+def raised(call) -> Exception:
+    """The typed error of ours behind whatever `call` raised (Spark wraps driver and task errors)."""
+    import pytest
+
+    from spark_webdataset.errors import from_spark
+
+    with pytest.raises(Exception) as failure:
+        call()
+    error = from_spark(failure.value)
+    assert error is not None, f"not one of our errors: {failure.value}"
+    return error
