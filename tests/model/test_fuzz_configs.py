@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
+
+from tests.model.fuzzing import fuzz_settings
 from hypothesis import strategies as st
 
 from spark_webdataset.airflow.configs import DatasetConfig, load_config
@@ -30,13 +32,7 @@ from spark_webdataset.errors import DatasetConfigError, WebDatasetError
 from spark_webdataset.format.names import control_error, field_error
 from spark_webdataset.jobs.build import ORDERS
 
-FUZZ = settings(
-    derandomize=True,
-    database=None,
-    deadline=None,
-    max_examples=200,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
-)
+FUZZ = fuzz_settings(200)
 SECONDS_PER_INPUT = 5.0
 PEAK_BYTES = 64 << 20
 VALID = {

@@ -14,7 +14,7 @@ equal to the one written under that key, "no such key" (KeyError/IndexError, the
 answer), or an error of ours; anything else fails. Python's allocations are traced for each input
 (peak under 64 MiB), and each input has a deadline.
 
-Derandomized with a small budget for CI; FUZZ_EXAMPLES=N runs N inputs a test. The counts
+Derandomized with a small budget for CI; FUZZ_EXAMPLES=N scales it to N/100 of it. The counts
 (inputs, typed errors, samples returned) are printed at the end of each test (`pytest -s`).
 """
 
@@ -34,7 +34,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
+
+from tests.model.fuzzing import fuzz_settings
 from hypothesis import strategies as st
 
 import spark_webdataset
@@ -46,14 +48,8 @@ from spark_webdataset.errors import EXIT_BAD_INPUT, EXIT_FAILED, WebDatasetError
 from spark_webdataset.format.sample_index import INDEX_SCHEMA, read_index, write_index
 from tests.support.webdataset_ui_data import commit_table
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "30"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    deadline=3000,  # ms an input: a slow machine shared by several test runs
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    database=None,
-)
+EXAMPLES = 30  # a test; FUZZ_EXAMPLES=N scales it (tests/model/fuzzing.py)
+FUZZ = fuzz_settings(EXAMPLES, deadline=3000)  # ms an input: a slow machine shared by several test runs
 PEAK_BYTES = 64 << 20
 SAMPLES = 40
 COUNTS: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)

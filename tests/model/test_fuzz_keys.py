@@ -18,7 +18,9 @@ import tracemalloc
 import pyarrow as pa
 import pyarrow.compute as pc
 import wids.wids
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
+
+from tests.model.fuzzing import fuzz_settings
 from hypothesis import strategies as st
 
 from spark_webdataset.errors import InvalidField, InvalidKey, InvalidMemberName, WebDatasetError
@@ -39,13 +41,7 @@ from spark_webdataset.format.sample_reader import iter_samples
 from spark_webdataset.format.scan import scan_shard
 from spark_webdataset.format.shard_writer import ShardWriter
 
-FUZZ = settings(
-    derandomize=True,
-    database=None,
-    deadline=None,
-    max_examples=200,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-)
+FUZZ = fuzz_settings(200)
 SECONDS_PER_INPUT = 5.0  # generous: 2 cores shared by the whole suite
 PEAK_BYTES = 32 << 20  # Python-side allocations of one input (tracemalloc)
 WEBDATASET_SPLIT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # DESIGN.md's, as webdataset spells it

@@ -21,7 +21,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
+
+from tests.model.fuzzing import fuzz_settings
 from hypothesis import strategies as st
 
 from tests.support.fenced_committer import commit_samples, published
@@ -33,13 +35,7 @@ from spark_webdataset.errors import InvalidVersionId, WebDatasetError
 
 ASCII_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
 SLOW_CALL_SECONDS = 5.0  # bounded time: any one call (a CLI run included) takes less
-FUZZ = settings(
-    max_examples=150,
-    deadline=None,
-    derandomize=True,  # a fixed seed: CI runs the same inputs every time
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
-)
+FUZZ = fuzz_settings(150)
 
 # Pieces a hostile user would try, mixed with generated text.
 PIECES = [

@@ -18,7 +18,9 @@ import time
 import tracemalloc
 
 import pyarrow as pa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
+
+from tests.model.fuzzing import fuzz_settings
 from hypothesis import strategies as st
 
 from spark_webdataset.errors import TarFormatError, WebDatasetError
@@ -32,13 +34,7 @@ from spark_webdataset.format.verify import check_shard
 from tests.support.tars import END, GOOD, Pipe, bogus_pax_length, huge_base256, member, pax, pax_record, pax_size_past_the_end
 from tests.unit.format.test_tar_rulebook import CORPUS
 
-FUZZ = settings(
-    derandomize=True,
-    database=None,
-    deadline=None,
-    max_examples=300,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+FUZZ = fuzz_settings(300)
 BLOCK = 512
 SECONDS_PER_INPUT = 5.0
 PEAK_BYTES = 48 << 20  # the fast reader's 8 MiB chunk and the scan's 2 MiB, with room; never a claimed size

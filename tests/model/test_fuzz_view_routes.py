@@ -19,7 +19,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
+
+from tests.model.fuzzing import fuzz_settings
 from hypothesis import strategies as st
 
 with warnings.catch_warnings():
@@ -30,13 +32,7 @@ from spark_webdataset.airflow.ui.app import create_app
 from spark_webdataset.dataset.validate import validate_version
 from tests.support.webdataset_ui_data import commit_table, digits_table, published_digits, write_digits_config
 
-FUZZ = settings(
-    derandomize=True,
-    database=None,
-    deadline=None,
-    max_examples=200,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
-)
+FUZZ = fuzz_settings(200)
 SECONDS_PER_REQUEST = 10.0
 SECRET = "TOPSECRET-5b1f0c"  # beside the root and in an unconfigured dataset: never served
 HIDDEN_VERSION = "20991231T000000Z"  # a version of the unconfigured dataset
