@@ -156,14 +156,17 @@ EXIT_BROKEN_PIPE = 141  # as a shell reports a process a closed pipe ended (128 
 
 
 def _datasets(args: argparse.Namespace) -> int:
-    from .airflow.configs import load_folder
+    from .airflow.configs import DATASETS_ENV, load_folder
     from .errors import InvalidDatasetConfigs
 
     try:  # with Airflow installed, the full check: the DAG each config gives (schedule included)
         from .airflow.dags import build_dags
     except ImportError:
         build_dags = None
-    loaded = build_dags(args.folder) if build_dags is not None else load_folder(args.folder)
+    # As the help says: --folder, else SPARK_WEBDATASET_DATASETS, else datasets/ here (never Airflow's
+    # default home, which a shell outside a deployment does not mean)
+    folder = args.folder or os.environ.get(DATASETS_ENV) or "datasets"
+    loaded = build_dags(folder) if build_dags is not None else load_folder(folder)
     configs, errors = loaded.configs, loaded.errors
     if args.name:
         configs = [c for c in configs if c.name == args.name]

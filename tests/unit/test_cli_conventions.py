@@ -63,3 +63,14 @@ def test_cat_of_a_path_no_file_system_takes_is_an_error_not_a_traceback(tmp_path
         result = run_cli("cat", str(path))
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
         assert result.stderr.startswith("spark-webdataset cat: error: "), result.stderr
+
+
+def test_datasets_reads_the_folder_its_help_names(tmp_path: Path) -> None:
+    """No --folder, no SPARK_WEBDATASET_DATASETS: datasets/ in the working directory, not Airflow's home."""
+    from tests.support.webdataset_ui_data import write_digits_config
+
+    write_digits_config(tmp_path / "datasets", "here", tmp_path / "root")
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_WEBDATASET_DATASETS", "AIRFLOW__CORE__DAGS_FOLDER")}
+    result = run_cli("datasets", "--json", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert [config["name"] for config in __import__("json").loads(result.stdout)] == ["here"]
