@@ -74,3 +74,10 @@ def test_datasets_reads_the_folder_its_help_names(tmp_path: Path) -> None:
     result = run_cli("datasets", "--json", cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     assert [config["name"] for config in __import__("json").loads(result.stdout)] == ["here"]
+
+
+def test_validate_and_inspect_of_nothing_are_both_bad_input(tmp_path: Path) -> None:
+    for command in ("validate", "inspect"):
+        result = run_cli(command, str(tmp_path / "nothing"))
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        assert result.stderr.startswith(f"spark-webdataset {command}: error: ") and "Traceback" not in result.stderr

@@ -307,6 +307,8 @@ def validate_version(
     uri = version.uri
     storage = version.storage
     manifest_bytes, _ = version.read_manifest_bytes()
+    if manifest_bytes is None and not storage.list_sizes(uri) and not storage.list_dirs(uri):
+        raise InputError(f"{uri}: no version there (nothing at this path): give ROOT/versions/ID of a written version")
     if manifest_bytes is None:
         report = ValidationReport(uri, "")
         report.add_error(f"no {MANIFEST_NAME}: the version was never committed")
