@@ -147,16 +147,16 @@ class PromiseMachine(RuleBasedStateMachine):
     def _step(self, text: str) -> None:
         STATS["steps"] += 1
 
-    def _expect(self, call: str, outcome: Outcome, error: BaseException | None) -> bool:
+    def _expect(self, call: str, outcome: Outcome, error: BaseException | None, tag: str = "") -> bool:
         """Check a call's result against the model's outcome; True when it succeeded."""
         if outcome.kind == OK and error is not None:
-            return broken("write-refused", True, f"{call}: the model expects success, got {type(error).__name__}: {error}")
+            return broken(f"{tag}refused", True, f"{call}: the model expects success, got {type(error).__name__}: {error}")
         if outcome.kind == ERROR and error is None:
-            return broken("accepted", True, f"{call}: the model expects {outcome.error} ({outcome.why}); it succeeded")
+            return broken(f"{tag}accepted", True, f"{call}: the model expects {outcome.error} ({outcome.why}); it succeeded")
         if outcome.kind == ERROR and outcome.error != "WebDatasetError":
             expected = getattr(errors, outcome.error)
             if not isinstance(error, expected):
-                return broken("error-type", False, f"{call}: expected {outcome.error} ({outcome.why}), got {type(error).__name__}: {error}")
+                return broken(f"{tag}error-type", False, f"{call}: expected {outcome.error} ({outcome.why}), got {type(error).__name__}: {error}")
         return error is None
 
     def _deps(self, version: str) -> frozenset:
@@ -196,7 +196,7 @@ class PromiseMachine(RuleBasedStateMachine):
         _, error = _call(f"write {version}", committer.commit, self._uri(version), rows, overwrite=overwrite,
                          parent=parent, change=change, retyped=retyped)  # fmt: skip
         call = f"write {version} overwrite={overwrite} parent={parent} change={change} retyped={retyped} keys={sorted(rows)}"
-        if self._expect(call, outcome, error) and after is not None:
+        if self._expect(call, outcome, error, "retyped-" if retyped else "") and after is not None:
             self._committed(version, after)
 
     @rule(version=st.sampled_from(IDS), key=st.sampled_from(HOSTILE_KEYS))
@@ -206,7 +206,7 @@ class PromiseMachine(RuleBasedStateMachine):
         outcome, _ = self.model.expect_write(version, rows, overwrite=False, parent=None, change=None)
         before = self.env.tree("ds")
         _, error = _call(f"write key {key!r}", committer.commit, self._uri(version), rows, overwrite=False)
-        self._expect(f"write {version} key {key!r}", outcome, error)
+        self._expect(f"write {version} key {key!r}", outcome, error, "hostile-key-")
         if error is not None and self.env.tree("ds") != before:
             return broken("refused-write-changed-root", False, f"a refused write of key {key!r} into {version} changed the root")
 
@@ -251,10 +251,10 @@ class PromiseMachine(RuleBasedStateMachine):
             outcome, after = self.model.expect_write(version, rows_a, overwrite=overwrite_a, parent=parent, change=change_a)
         _, error = _call("race: job A commits", committer.finish, writer)
         call = f"race: A (overwrite={overwrite_a}, change={change_a}) committing after B {'moved' if moved else 'left'} {version}"
-        if self._expect(call, outcome, error) and after is not None:
+        if self._expect(call, outcome, error, "race-") and after is not None:
             self._committed(version, after)
 
-    @rule(version=st.sampled_from(IDS), step=st.sampled_from(sorted(FAULT_STEPS)), kill=st.booleans(), dice=st.integers(0, 5))
+    @rule(version=st.sampled_from(IDS), step=st.sampled_from(sorted(FAULT_STEPS)), kill=st.booleans(), dice=st.integers(0, 9))
     def frozen_or_killed_committer(self, version, step, kill, dice) -> None:
         """Committer A (a process of its own, lease 1 s) stops (SIGSTOP) or dies at a named fault point;
         B appends, taking the lock over (rolling A forward where A's journal decided it); A resumes."""
@@ -330,7 +330,7 @@ class PromiseMachine(RuleBasedStateMachine):
             writer.mode("overwrite" if overwrite else "append").save(self._uri(version))
 
         _, error = _call(f"spark write {version}", job)
-        if self._expect(f"spark write {version} overwrite={overwrite} parent={parent} change={change}", outcome, error) and after:
+        if self._expect(f"spark write {version} overwrite={overwrite} parent={parent} change={change}", outcome, error, "spark-") and after:
             self._committed(version, after)
 
     # -- validate, publish, LATEST, retention ------------------------------------------------------
