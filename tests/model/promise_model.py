@@ -125,6 +125,8 @@ class PromiseModel:
             return Outcome(ERROR, SEALED if s.live else ANY, "write into a published (or retired) version"), None
         if any(re.search(r"[\x00-\x1f\x7f]", key) for key in rows):
             return Outcome(ERROR, INPUT, "a key holds a control character"), None
+        if change in ("upsert", "delete") and parent is None:
+            return Outcome(ERROR, INPUT, f"change={change} without a parent option"), None
         resolved, refused = self.resolve_parent(parent)
         if refused:
             return refused, None

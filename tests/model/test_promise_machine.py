@@ -116,8 +116,23 @@ def _cli(*argv: str) -> tuple[int, str, str]:
     return code if code is not None else 0, out.getvalue(), err.getvalue()
 
 
+def _as_bytes(value) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    if hasattr(value, "getvalue"):  # wids hands undecoded members as streams
+        return value.getvalue()
+    return bytes(value)
+
+
+def _gopen_gs(url: str, mode: str = "rb", bufsize: int = 8192):
+    """webdataset's opener for gs:// URLs: the object through our Storage (not gsutil)."""
+    from spark_webdataset.storage import storage_for
+
+    return io.BytesIO(storage_for(url).read_bytes(url))
+
+
 def _fields(sample: dict) -> dict[str, bytes]:
-    return {k: bytes(v) for k, v in sample.items() if not k.startswith("__") and v is not None}
+    return {k: _as_bytes(v) for k, v in sample.items() if not k.startswith("__") and v is not None}
 
 
 class PromiseMachine(RuleBasedStateMachine):
@@ -511,6 +526,11 @@ class PromiseMachine(RuleBasedStateMachine):
 
     def _read_webdataset(self, version: str) -> None:
         import webdataset as wds
+        import importlib
+
+        gopen = importlib.import_module("webdataset.gopen")
+
+        gopen.gopen_schemes["gs"] = _gopen_gs  # in-process (the suite's other tests use `pipe:spark-webdataset cat`)
 
         urls = self._index_urls(version)
 
