@@ -211,7 +211,8 @@ class PromiseMachine(RuleBasedStateMachine):
         _, error = _call(f"write {version}", committer.commit, self._uri(version), rows, overwrite=overwrite,
                          parent=parent, change=change, retyped=retyped)  # fmt: skip
         call = f"write {version} overwrite={overwrite} parent={parent} change={change} retyped={retyped} keys={sorted(rows)}"
-        if self._expect(call, outcome, error, "retyped-" if retyped else "") and after is not None:
+        tag = "types-" if "bin is" in outcome.why else ("retyped-" if retyped else "")
+        if self._expect(call, outcome, error, tag) and after is not None:
             self._committed(version, after)
 
     @rule(version=st.sampled_from(IDS), key=st.sampled_from(HOSTILE_KEYS))
