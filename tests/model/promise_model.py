@@ -121,8 +121,17 @@ class PromiseModel:
     ) -> tuple[Outcome, VersionState | None]:
         """What a write job must do, and the version's state after it (None: unchanged)."""
         s = self.state(version)
-        if s.live or s.retired:
-            return Outcome(ERROR, SEALED if s.live else ANY, "write into a published (or retired) version"), None
+        if s.live:
+            return Outcome(ERROR, SEALED, "write into a published version"), None
+        if s.retired:  # refused while gc's mark or files are there; a fresh version once all is gone
+            outcome, after = self._expect_write(VersionState(), version, rows, overwrite, parent, change, retyped)
+            return (Outcome(EITHER, outcome.error, "a retired id") if outcome.kind == OK else outcome), after
+        outcome, after = self._expect_write(s, version, rows, overwrite, parent, change, retyped)
+        if outcome.kind == OK and after is not None and after.parent is not None and self.is_tampered(after.parent):
+            return Outcome(EITHER, ANY, "the parent was tampered with"), after
+        return outcome, after
+
+    def _expect_write(self, s, version, rows, overwrite, parent, change, retyped) -> tuple[Outcome, VersionState | None]:
         if any(re.search(r"[\x00-\x1f\x7f]", key) for key in rows):
             return Outcome(ERROR, INPUT, "a key holds a control character"), None
         if change in ("upsert", "delete") and parent is None:

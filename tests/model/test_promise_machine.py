@@ -168,6 +168,8 @@ class PromiseMachine(RuleBasedStateMachine):
             return broken(f"{tag}refused", True, f"{call}: the model expects success, got {type(error).__name__}: {error}")
         if outcome.kind == ERROR and error is None:
             return broken(f"{tag}accepted", True, f"{call}: the model expects {outcome.error} ({outcome.why}); it succeeded")
+        if outcome.kind == EITHER:
+            return error is None
         if outcome.kind == ERROR and outcome.error != "WebDatasetError":
             expected = getattr(errors, outcome.error)
             if not isinstance(error, expected):

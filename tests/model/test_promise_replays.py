@@ -91,3 +91,9 @@ def test_an_append_with_another_type_for_a_field_is_refused(env) -> None:
         ("write", dict(version="v1", rows={"k00": ("", None)}, overwrite=True, parent=None, change=None, retyped=0)),
         ("write", dict(version="v1", rows={"k11": ("", None)}, overwrite=False, parent=None, change=None, retyped=1)),
     ])  # fmt: skip
+
+
+@pytest.mark.xfail(strict=True, reason="issue 29 items 1/8 on GCS: a write to ROOT/versions/.. is refused, but leaves its "
+                                       "staging (ROOT/_staging/<job>/...) behind in the root")  # fmt: skip
+def test_a_refused_write_to_versions_dotdot_leaves_nothing_on_gcs(bucket) -> None:
+    replay(GcsEnv(bucket), [("write_hostile_id", dict(version="..", overwrite=False))])
