@@ -56,6 +56,8 @@ FAULT_STEPS = {  # named fault point -> the committer's samples are committed in
     "commit:renamed": True,
 }
 LEASE = 1.0  # the frozen or killed committer's lease: the next writer waits this long to take over
+# 1 in N steps of the Spark rules runs a Spark job (they are seconds each); PROMISE_MACHINE_SPARK_ODDS=1: every one
+SPARK_ODDS = int(os.environ.get("PROMISE_MACHINE_SPARK_ODDS", "12"))
 STATS = {"steps": 0, "examples": 0, "spark_jobs": 0, "subprocesses": 0}
 
 texts = st.text(alphabet="abcxyz \u00e9\u4e2d", min_size=0, max_size=6)
@@ -263,7 +265,8 @@ class PromiseMachine(RuleBasedStateMachine):
         moved_before = self.model.state(version).commits
         self.write(version, rows_b, overwrite_b, parent, change_b, 1)
         moved = self.model.state(version).commits != moved_before
-        outcome = self.model.racing_outcome(overwrite_a, change_a) if moved else None
+        effective = change_a if self.model.resolve_parent(parent)[0] is not None else None  # no parent: a full build, an append
+        outcome = self.model.racing_outcome(overwrite_a, effective) if moved else None
         after = None
         if outcome is None:
             outcome, after = self.model.expect_write(version, rows_a, overwrite=overwrite_a, parent=parent, change=change_a)
@@ -327,7 +330,7 @@ class PromiseMachine(RuleBasedStateMachine):
     @rule(
         version=st.sampled_from(IDS), rows=row_sets, overwrite=st.booleans(),
         parent=st.one_of(st.none(), st.just("LATEST")), change=st.sampled_from([None, "upsert", "delete"]),
-        dice=st.integers(0, 24),
+        dice=st.integers(0, 2 * SPARK_ODDS - 1),
     )  # fmt: skip
     def spark_write(self, version, rows, overwrite, parent, change, dice) -> None:
         """Rarely: the same write as a real Spark job (`df.write.format("webdataset")`)."""
@@ -442,7 +445,7 @@ class PromiseMachine(RuleBasedStateMachine):
 
     # -- reads ------------------------------------------------------------------------------------
 
-    @rule(target_root=st.booleans(), version=st.sampled_from(IDS), dice=st.integers(0, 11))
+    @rule(target_root=st.booleans(), version=st.sampled_from(IDS), dice=st.integers(0, SPARK_ODDS - 1))
     def spark_read(self, target_root, version, dice) -> None:
         """Rarely: the Spark reader on the root (LATEST) or on a version."""
         if dice or self.spark is None:
