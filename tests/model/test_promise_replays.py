@@ -97,3 +97,45 @@ def test_an_append_with_another_type_for_a_field_is_refused(env) -> None:
                                        "staging (ROOT/_staging/<job>/...) behind in the root")  # fmt: skip
 def test_a_refused_write_to_versions_dotdot_leaves_nothing_on_gcs(bucket) -> None:
     replay(GcsEnv(bucket), [("write_hostile_id", dict(version="..", overwrite=False))])
+
+
+SIX = {f"k{i:02d}": (f"t{i}", bytes([i]) * 8) for i in range(6)}  # two shards of three
+
+
+@pytest.mark.xfail(strict=True, reason="issue 29 item 6: `validate --require` of a published version rewrites its "
+                                       "_validation.json (a sealed directory changed)")  # fmt: skip
+def test_validate_with_require_writes_nothing_under_a_published_version(env) -> None:
+    replay(env, [
+        ("write", dict(version="v1", rows={**SIX, "k09": ("no bin", None)}, overwrite=True, parent=None, change=None, retyped=1)),
+        ("validate", dict(version="v1", require=False)),
+        ("publish", dict(version="v1", date="2026-01-01")),
+        ("validate", dict(version="v1", require=True)),
+    ])  # fmt: skip
+
+
+@pytest.mark.xfail(strict=True, reason="issue 29 item 4: a byte flipped in a parent's shard (mtime put back) passes the "
+                                       "child's default validate")  # fmt: skip
+def test_a_child_referencing_a_tampered_parent_shard_fails_validation(tmp_path) -> None:
+    replay(LocalEnv(str(tmp_path)), [
+        ("write", dict(version="v1", rows=SIX, overwrite=True, parent=None, change=None, retyped=1)),
+        ("validate", dict(version="v1", require=False)),
+        ("publish", dict(version="v1", date="2026-01-01")),
+        ("write", dict(version="v2", rows={"k00": ("new", b"n")}, overwrite=True, parent="LATEST", change="upsert", retyped=1)),
+        ("tamper", dict(version="v1", what="flip", pick=1)),  # shard-000001.tar: referenced by v2, not rewritten
+        ("validate", dict(version="v2", require=False)),
+    ])  # fmt: skip
+
+
+@pytest.mark.xfail(strict=True, reason="issue 29 item 4: the Spark reader returns the changed bytes of a tampered shard")
+def test_the_spark_reader_never_returns_tampered_bytes(spark, tmp_path) -> None:
+    machine_module.TOLERATE.clear()
+    PromiseMachine.env, PromiseMachine.spark = LocalEnv(str(tmp_path)), spark
+    machine = PromiseMachine()
+    try:
+        machine.write(version="v1", rows=SIX, overwrite=True, parent=None, change=None, retyped=1)
+        machine.validate(version="v1", require=False)
+        machine.publish(version="v1", date="2026-01-01")
+        machine.tamper(version="v1", what="flip", pick=1)
+        machine.spark_read(target_root=True, version="v1", dice=0)
+    finally:
+        machine.teardown()
