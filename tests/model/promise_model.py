@@ -50,6 +50,7 @@ class VersionState:
     logical_date: str | None = None
     retired: bool = False  # retired by gc: never visible, never written, never published again
     deps: frozenset[tuple[str, str]] = frozenset()  # (version, file) its reads need (from its manifest)
+    stray_job: bool = False  # a killed committer's staging may be there: not provably dead, so gc may keep it
 
     @property
     def committed(self) -> bool:

@@ -193,6 +193,7 @@ class PromiseMachine(RuleBasedStateMachine):
         return frozenset(deps)
 
     def _committed(self, version: str, after) -> None:
+        after.stray_job = after.stray_job or self.model.state(version).stray_job
         self.model.versions[version] = after
         after.deps = self._deps(version)
 
@@ -298,6 +299,8 @@ class PromiseMachine(RuleBasedStateMachine):
         try:
             self._wait_stopped_or_dead(process, step, kill)
             decided = FAULT_STEPS[step]
+            if kill:
+                self.model.state(version).stray_job = True
             if decided:
                 self._committed(version, after_a)
             self.write(version, rows_b, False, None, None, 1)  # B: the lock taken over, A rolled forward
@@ -433,13 +436,14 @@ class PromiseMachine(RuleBasedStateMachine):
         # it), and directories holding no committed version (leftovers, flagged by the invariant)
         earlier = {v for v, s in self.model.versions.items() if s.retired}
         leftovers = {v for v, s in self.model.versions.items() if not s.committed} | (said[1] - set(self.model.versions))
-        if not (retired <= said[0] <= retired | earlier and removed <= said[1] <= removed | leftovers):
+        stray = {v for v in removed if self.model.state(v).stray_job}  # a killed committer's lease: "live" to gc
+        if not (retired <= said[0] <= retired | earlier and removed - stray <= said[1] <= removed | leftovers):
             return broken("gc-decision", True, f"{' '.join(args)}: retired/removed {said}, the model says {(retired, removed)}")
         if dry_run:
             if self.env.tree("ds") != before:
                 return broken("gc-dry-run", True, f"{' '.join(args)}: a dry run changed the root")
             return
-        self.model.apply_gc(retired, removed)
+        self.model.apply_gc(retired, removed & said[1])
         for version in retired | removed:
             self.sealed.pop(version, None)
 
@@ -686,7 +690,8 @@ def _run(env, spark) -> None:
                 run_state_machine_as_test(PromiseMachine, settings=settings(settings.default, max_examples=10))
             except Exception as failure:  # noqa: BLE001 - a soak reports every failure and goes on
                 failures.append(failure)
-                _report(f"FAILURE {len(failures)} on {env.name}: {type(failure).__name__}: {str(failure)[:1500]}")
+                steps = "\n".join(getattr(failure, "__notes__", []))
+                _report(f"FAILURE {len(failures)} on {env.name}: {type(failure).__name__}: {str(failure)[:1500]}\n{steps}")
         assert not failures, f"{len(failures)} failures; see the report above"
     finally:
         took = time.monotonic() - started
