@@ -148,6 +148,7 @@ class PromiseMachine(RuleBasedStateMachine):
         self.sealed: dict[str, dict[str, str]] = {}  # published version -> its directory's files at publish
         self.outside = self._outside_tree()
         self.fresh_prefix = 0
+        self.step_no = 0  # steps of this example: Spark runs at fixed ones (replayable, and always some)
         STATS["examples"] += 1
 
     def teardown(self) -> None:
@@ -209,6 +210,8 @@ class PromiseMachine(RuleBasedStateMachine):
     )  # fmt: skip
     def write(self, version, rows, overwrite, parent, change, retyped) -> None:
         """A write job (the data source's task and commit path, without Spark)."""
+        if self.spark is not None and not retyped == 0 and self.step_no % SPARK_ODDS == SPARK_ODDS // 2:
+            return self.spark_write(version, rows, overwrite, parent if parent in (None, "LATEST") else parent, change, 0)
         retyped = retyped == 0  # rarely: `bin` as a string
         if retyped:
             rows = {k: (t, None if b is None else b.hex().encode()) for k, (t, b) in rows.items()}
@@ -618,7 +621,10 @@ class PromiseMachine(RuleBasedStateMachine):
     @invariant()
     def promise_holds(self) -> None:
         STATS["steps"] += 1
+        self.step_no += 1
         model = self.model
+        if self.spark is not None and self.step_no % SPARK_ODDS == 0 and model.latest is not None:
+            self.spark_read(True, model.latest, 0)  # every SPARK_ODDS-th step: the Spark reader on the root
         # every committed version reads exactly its content through open() (tampered: typed or exact)
         for version, state in sorted(model.versions.items()):
             if state.committed and not state.retired:
