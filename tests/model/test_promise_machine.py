@@ -272,8 +272,11 @@ class PromiseMachine(RuleBasedStateMachine):
         effective = change_a if self.model.resolve_parent(parent)[0] is not None else None  # no parent: a full build, an append
         outcome = self.model.racing_outcome(overwrite_a, effective) if moved else None
         after = None
+        alone, alone_after = self.model.expect_write(version, rows_a, overwrite=overwrite_a, parent=parent, change=change_a)
         if outcome is None:
-            outcome, after = self.model.expect_write(version, rows_a, overwrite=overwrite_a, parent=parent, change=change_a)
+            outcome, after = alone, alone_after
+        elif alone.kind == ERROR:  # it fails either way: which check speaks first is the product's choice
+            outcome = Outcome(ERROR, "WebDatasetError", f"{outcome.why}; and alone: {alone.why}")
         _, error = _call("race: job A commits", committer.finish, writer)
         call = f"race: A (overwrite={overwrite_a}, change={change_a}) committing after B {'moved' if moved else 'left'} {version}"
         if self._expect(call, outcome, error, "race-") and after is not None:
