@@ -201,6 +201,25 @@ class PromiseMachine(RuleBasedStateMachine):
     def _version_tree(self, version: str) -> dict[str, str]:
         return self.env.tree(f"ds/versions/{version}")
 
+    # -- a start deep enough to matter, and a shortcut to publishing ------------------------------
+
+    @initialize(depth=st.integers(0, 2), rows=row_sets)
+    def start(self, depth, rows) -> None:
+        """Begin from an empty root, one published version, or a chain v1 <- v2 (upsert) published,
+        all built through the same public calls the rules make."""
+        if depth >= 1:
+            self.release("v1", {**rows, "k13": ("first", b"1")}, None, None, DATES[0])
+        if depth >= 2:
+            self.release("v2", {"k13": ("second", b"2"), "k12": ("new", None)}, "LATEST", "upsert", DATES[1])
+
+    @rule(version=st.sampled_from(IDS), rows=row_sets, parent=st.one_of(st.none(), st.just("LATEST"), st.sampled_from(IDS)),
+          change=st.sampled_from([None, "upsert", "delete"]), date=st.sampled_from(DATES))  # fmt: skip
+    def release(self, version, rows, parent, change, date) -> None:
+        """Write (overwrite), validate and publish in one step, as a DAG run does."""
+        self.write(version, rows, True, parent, change, 1)
+        self.validate(version, False)
+        self.publish(version, date)
+
     # -- writes -----------------------------------------------------------------------------------
 
     @rule(

@@ -146,3 +146,12 @@ def test_the_spark_reader_never_returns_tampered_bytes(spark, tmp_path) -> None:
                                        "not an InputError naming the path")  # fmt: skip
 def test_a_write_to_versions_dotdot_x_is_an_input_error_on_gcs(bucket) -> None:
     replay(GcsEnv(bucket), [("write_hostile_id", dict(version="../x", overwrite=False))])
+
+
+@pytest.mark.xfail(strict=True, reason="issue 29 item 3: a truncated sample index makes open().keys() raise ArrowInvalid "
+                                       "(untyped, no file named)")  # fmt: skip
+def test_a_truncated_sample_index_is_a_typed_error(env) -> None:
+    replay(env, [
+        ("release", dict(version="v1", rows={"k00": ("", None)}, parent=None, change=None, date="2026-01-01")),
+        ("tamper", dict(version="v1", what="index-truncate", pick=0)),
+    ])  # fmt: skip
