@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 # SparkSession and Airflow home.
 TEST_WORKERS ?= 2
 
-.PHONY: env run test bench clean
+.PHONY: env run test bench clean soak
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	scripts/ensure_java.sh
@@ -36,6 +36,12 @@ test: env
 bench: env  # every bench/*.py but the harness; each prints a table, writes bench/results/<name>.json (BENCH_ARGS=--quick: smoke run)
 	source scripts/airflow_env.sh && for b in $(filter-out bench/harness.py,$(sort $(wildcard bench/*.py))); do \
 	  $(PY) $$b $(BENCH_ARGS) || exit 1; done
+
+soak: env  # the promise machine (tests/model) for SOAK_MINUTES (default 30) split between local disk and the GCS emulator; random seeds; prints steps and failures
+	source scripts/airflow_env.sh && export PYTHONPATH=$$PWD/plugins PROMISE_MACHINE_REPORT=$${PROMISE_MACHINE_REPORT:-$$(mktemp)} && SOAK_MINUTES=$$(python3 -c "print(float('$(or $(SOAK_MINUTES),30)') / 2)") \
+	  HYPOTHESIS_PROFILE=soak \
+	  $(PY) -m pytest -p no:cacheprovider -q -s tests/model/test_promise_machine.py $(PYTEST_ARGS); \
+	  status=$$?; echo "== soak report ($$PROMISE_MACHINE_REPORT)"; cat $$PROMISE_MACHINE_REPORT; exit $$status
 
 clean:
 	rm -rf data airflow_home spark-warehouse .pytest_cache

@@ -1,0 +1,23 @@
+"""Hypothesis profiles of the promise machine and the public-API walk.
+
+`ci` (the default): a fixed seed (derandomize) and a budget that keeps both machines (local disk
+and the GCS emulator) near 3 minutes together on 2 idle cores. `soak`: no example limit, a time
+budget of SOAK_MINUTES (per machine; `make soak` splits its minutes between the two), a random seed.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+_COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True, report_multiple_bugs=False)
+
+settings.register_profile(
+    "ci", derandomize=True, database=None, max_examples=int(os.environ.get("PROMISE_MACHINE_EXAMPLES", "16")),
+    stateful_step_count=int(os.environ.get("PROMISE_MACHINE_STEPS", "30")), **_COMMON,
+)
+settings.register_profile(
+    "soak", derandomize=False, database=None, max_examples=10**9, stateful_step_count=50, **_COMMON,
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

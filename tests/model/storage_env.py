@@ -1,0 +1,156 @@
+"""Where one run of the promise machine keeps its root, and the machine's hands on raw storage.
+
+The machine tampers with files and compares trees below the product's back: through the local
+file system or the GCS client directly, never through the product's Storage (which is under test).
+Each example gets a fresh base (a directory, or a prefix of the bucket) holding the root `ds`, a
+sibling `ds-sibling` that shares its name's prefix, and `outside/`: none of them may change but `ds`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import uuid
+
+OUTSIDE = {"outside/a.txt": b"not the dataset's", "ds-sibling/versions/v1/shard-000000.tar": b"\0" * 1024}
+LOCK_FILE = ("._", ".lock")  # local storage's lock files: an implementation detail, not content
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _is_lock(relative: str) -> bool:
+    name = relative.rsplit("/", 1)[-1]
+    return name.startswith(LOCK_FILE[0]) and name.endswith(LOCK_FILE[1])
+
+
+class LocalEnv:
+    name = "local"
+
+    def __init__(self, top: str) -> None:
+        self.top = top
+
+    def fresh(self) -> None:
+        self.base = os.path.join(self.top, uuid.uuid4().hex[:12])
+        self.root = os.path.join(self.base, "ds")
+        for relative, data in OUTSIDE.items():
+            path = os.path.join(self.base, relative)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as out:
+                out.write(data)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def version_uri(self, version: str) -> str:
+        return f"{self.root}/versions/{version}"
+
+    def tree(self, prefix: str) -> dict[str, str]:
+        """relative path -> digest of every file below base/prefix ("" for the whole base)."""
+        top = os.path.join(self.base, prefix) if prefix else self.base
+        out = {}
+        for directory, _, files in os.walk(top):
+            for name in files:
+                path = os.path.join(directory, name)
+                relative = os.path.relpath(path, top)
+                if _is_lock(relative):
+                    continue
+                with open(path, "rb") as stream:
+                    out[relative] = _digest(stream.read())
+        return out
+
+    def dirs(self, prefix: str) -> set[str]:
+        top = os.path.join(self.base, prefix)
+        return {e for e in os.listdir(top) if os.path.isdir(os.path.join(top, e))} if os.path.isdir(top) else set()
+
+    def read(self, relative: str) -> bytes | None:
+        path = os.path.join(self.base, relative)
+        if not os.path.isfile(path):
+            return None
+        with open(path, "rb") as stream:
+            return stream.read()
+
+    def write(self, relative: str, data: bytes, keep_mtime: bool = True) -> None:
+        path = os.path.join(self.base, relative)
+        stat = os.stat(path)
+        with open(path, "r+b") as out:
+            out.truncate(0)
+            out.write(data)
+        if keep_mtime:  # a user can set mtime back (item 4's trick); ctime they cannot
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+    def delete(self, relative: str) -> None:
+        os.unlink(os.path.join(self.base, relative))
+
+    def files(self, prefix: str) -> list[str]:
+        top = os.path.join(self.base, prefix)
+        return sorted(self.tree(prefix)) if os.path.isdir(top) else []
+
+    def shard_urls_for_webdataset(self, urls: list[str]) -> list[str]:
+        return urls
+
+
+class GcsEnv:
+    name = "gcs"
+
+    def __init__(self, bucket: str) -> None:
+        self.bucket_name = bucket[len("gs://") :]
+
+    @property
+    def _bucket(self):
+        from spark_webdataset.storage.gcs import client
+
+        return client().bucket(self.bucket_name)
+
+    def fresh(self) -> None:
+        self.prefix = uuid.uuid4().hex[:12]
+        self.base = f"gs://{self.bucket_name}/{self.prefix}"
+        self.root = f"{self.base}/ds"
+        for relative, data in OUTSIDE.items():
+            self._bucket.blob(f"{self.prefix}/{relative}").upload_from_string(data)
+
+    def cleanup(self) -> None:
+        for blob in list(self._bucket.list_blobs(prefix=f"{self.prefix}/")):
+            try:
+                blob.delete()
+            except Exception:  # noqa: BLE001 - cleanup of a test prefix only
+                pass
+
+    def version_uri(self, version: str) -> str:
+        return f"{self.root}/versions/{version}"
+
+    def tree(self, prefix: str) -> dict[str, str]:
+        start = f"{self.prefix}/{prefix}" if prefix else f"{self.prefix}/"
+        if prefix and not start.endswith("/"):
+            start += "/"
+        return {
+            blob.name[len(start) :]: f"{blob.crc32c}:{blob.size}:{blob.generation}"
+            for blob in self._bucket.list_blobs(prefix=start)
+            if not _is_lock(blob.name)
+        }
+
+    def dirs(self, prefix: str) -> set[str]:
+        return {name.split("/", 1)[0] for name in self.tree(prefix) if "/" in name}
+
+    def read(self, relative: str) -> bytes | None:
+        blob = self._bucket.blob(f"{self.prefix}/{relative}")
+        try:
+            return blob.download_as_bytes()
+        except Exception:  # noqa: BLE001 - absent
+            return None
+
+    def write(self, relative: str, data: bytes, keep_mtime: bool = True) -> None:
+        self._bucket.blob(f"{self.prefix}/{relative}").upload_from_string(data)
+
+    def delete(self, relative: str) -> None:
+        self._bucket.blob(f"{self.prefix}/{relative}").delete()
+
+    def files(self, prefix: str) -> list[str]:
+        return sorted(self.tree(prefix))
+
+
+def temp_dir(prefix: str) -> str:
+    return tempfile.mkdtemp(prefix=prefix)
