@@ -123,6 +123,8 @@ class PromiseModel:
         """What a write job must do, and the version's state after it (None: unchanged)."""
         s = self.state(version)
         if s.live:
+            if change in ("upsert", "delete") and parent is None:  # the options are refused before the version is looked at
+                return Outcome(ERROR, ANY, "write into a published version with options that are refused first"), None
             return Outcome(ERROR, SEALED, "write into a published version"), None
         if s.retired:  # refused while gc's mark or files are there; a fresh version once all is gone
             outcome, after = self._expect_write(VersionState(), version, rows, overwrite, parent, change, retyped)

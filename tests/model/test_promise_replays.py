@@ -1,8 +1,8 @@
 """The promise machine's failures on the code of issue 29, each shrunk by Hypothesis and saved as its
 step list: replayed on local disk (and the GCS emulator where it says), every check on after each step.
 
-Each is marked xfail(strict=True) naming the bug (the issue's item): when the fix lands, the replay
-passes, strict xfail turns that into a failure, and the mark goes.
+Each failed on the code before issue 29's fixes, on the check its comment names; each passes now and
+keeps the bug from coming back.
 """
 
 from __future__ import annotations
@@ -55,28 +55,30 @@ def test_a_clean_sequence_passes(env) -> None:
     ])  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29 item 8: `publish ROOT <unwritten id>` leaves versions/<id>/ (a lock file) behind")
+# Found by the machine on the code before the fix: issue 29 item 8: `publish ROOT <unwritten id>` leaves
+# versions/<id>/ (a lock file) behind
 def test_publish_of_an_unwritten_version_leaves_no_directory(tmp_path) -> None:
     """(Local disk only: on GCS the same call leaves no object.)"""
     replay(LocalEnv(str(tmp_path)), [("publish", dict(version="v1", date="2026-01-01"))])
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29 item 1: a write to ROOT/versions/.. is accepted (it writes into the root)")
+# Found by the machine on the code before the fix: issue 29 item 1: a write to ROOT/versions/.. is accepted
+# (it writes into the root)
 def test_a_write_to_versions_dotdot_is_refused() -> None:
     import tempfile
 
     replay(LocalEnv(tempfile.mkdtemp(prefix="replay-")), [("write_hostile_id", dict(version="..", overwrite=False))])
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29 item 5: a key holding a newline is accepted")
+# Found by the machine on the code before the fix: issue 29 item 5: a key holding a newline is accepted
 def test_a_key_with_a_newline_is_refused() -> None:
     import tempfile
 
     replay(LocalEnv(tempfile.mkdtemp(prefix="replay-")), [("write_hostile_key", dict(version="v1", key="a\nb"))])
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29 item 7: an overwrite whose version moved since its start replaces "
-                                       "the other commit's work silently instead of ConcurrentCommit")  # fmt: skip
+# Found by the machine on the code before the fix: issue 29 item 7: an overwrite whose version moved since its
+# start replaces the other commit's work silently instead of ConcurrentCommit
 def test_an_overwrite_racing_another_commit_fails_with_concurrent_commit(env) -> None:
     replay(env, [
         ("race", dict(version="v1", first=({"k00": ("", None)}, True, None), second=({"k00": ("", None)}, False, None),
@@ -84,8 +86,8 @@ def test_an_overwrite_racing_another_commit_fails_with_concurrent_commit(env) ->
     ])  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29 item 9: an append whose field has another type (bin: binary after "
-                                       "string) is accepted; types are not part of the version's schema")  # fmt: skip
+# Found by the machine on the code before the fix: issue 29 item 9: an append whose field has another type
+# (bin: binary after string) is accepted; types are not part of the version's schema
 def test_an_append_with_another_type_for_a_field_is_refused(env) -> None:
     replay(env, [
         ("write", dict(version="v1", rows={"k00": ("", None)}, overwrite=True, parent=None, change=None, retyped=0)),
@@ -93,8 +95,8 @@ def test_an_append_with_another_type_for_a_field_is_refused(env) -> None:
     ])  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29 items 1/8 on GCS: a write to ROOT/versions/.. is refused, but leaves its "
-                                       "staging (ROOT/_staging/<job>/...) behind in the root")  # fmt: skip
+# Found by the machine on the code before the fix: issue 29 items 1/8 on GCS: a write to ROOT/versions/.. is
+# refused, but leaves its staging (ROOT/_staging/<job>/...) behind in the root
 def test_a_refused_write_to_versions_dotdot_leaves_nothing_on_gcs(bucket) -> None:
     replay(GcsEnv(bucket), [("write_hostile_id", dict(version="..", overwrite=False))])
 
@@ -102,8 +104,8 @@ def test_a_refused_write_to_versions_dotdot_leaves_nothing_on_gcs(bucket) -> Non
 SIX = {f"k{i:02d}": (f"t{i}", bytes([i]) * 8) for i in range(6)}  # two shards of three
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29 item 6: `validate --require` of a published version rewrites its "
-                                       "_validation.json (a sealed directory changed)")  # fmt: skip
+# Found by the machine on the code before the fix: issue 29 item 6: `validate --require` of a published
+# version rewrites its _validation.json (a sealed directory changed)
 def test_validate_with_require_writes_nothing_under_a_published_version(env) -> None:
     replay(env, [
         ("write", dict(version="v1", rows={**SIX, "k09": ("no bin", None)}, overwrite=True, parent=None, change=None, retyped=1)),
@@ -113,8 +115,8 @@ def test_validate_with_require_writes_nothing_under_a_published_version(env) -> 
     ])  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29 item 4: a byte flipped in a parent's shard (mtime put back) passes the "
-                                       "child's default validate")  # fmt: skip
+# Found by the machine on the code before the fix: issue 29 item 4: a byte flipped in a parent's shard (mtime
+# put back) passes the child's default validate
 def test_a_child_referencing_a_tampered_parent_shard_fails_validation(tmp_path) -> None:
     replay(LocalEnv(str(tmp_path)), [
         ("write", dict(version="v1", rows=SIX, overwrite=True, parent=None, change=None, retyped=1)),
@@ -126,7 +128,8 @@ def test_a_child_referencing_a_tampered_parent_shard_fails_validation(tmp_path) 
     ])  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29 item 4: the Spark reader returns the changed bytes of a tampered shard")
+# Found by the machine on the code before the fix: issue 29 item 4: the Spark reader returns the changed bytes
+# of a tampered shard
 def test_the_spark_reader_never_returns_tampered_bytes(spark, tmp_path) -> None:
     machine_module.TOLERATE.clear()
     PromiseMachine.env, PromiseMachine.spark = LocalEnv(str(tmp_path)), spark
@@ -141,15 +144,15 @@ def test_the_spark_reader_never_returns_tampered_bytes(spark, tmp_path) -> None:
         machine.teardown()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29 item 1 on GCS: ROOT/versions/../x is not normalised: the write stages "
-                                       "under a literal `..` and fails with ChecksumMismatch ('the upload is corrupt'), "
-                                       "not an InputError naming the path")  # fmt: skip
+# Found by the machine on the code before the fix: issue 29 item 1 on GCS: ROOT/versions/../x is not
+# normalised: the write stages under a literal `..` and fails with ChecksumMismatch ('the upload is corrupt'),
+# not an InputError naming the path
 def test_a_write_to_versions_dotdot_x_is_an_input_error_on_gcs(bucket) -> None:
     replay(GcsEnv(bucket), [("write_hostile_id", dict(version="../x", overwrite=False))])
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29 item 3: a truncated sample index makes open().keys() raise ArrowInvalid "
-                                       "(untyped, no file named)")  # fmt: skip
+# Found by the machine on the code before the fix: issue 29 item 3: a truncated sample index makes
+# open().keys() raise ArrowInvalid (untyped, no file named)
 def test_a_truncated_sample_index_is_a_typed_error(env) -> None:
     replay(env, [
         ("release", dict(version="v1", rows={"k00": ("", None)}, parent=None, change=None, date="2026-01-01")),

@@ -262,9 +262,9 @@ def _run(operation, resolve) -> None:
             _call(f"pin({path!r}, {version!r})", pin, path, version, by="fuzz")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29 item 3 and more: ArrowInvalid (damaged sample index), JSONDecodeError "
-                   "(publish record), UnicodeDecodeError (LATEST), OSError/NotADirectoryError/ValueError (paths: too long, "
-                   "a file as a root, NUL), IsADirectoryError (`cat DIR`) escape public calls")  # fmt: skip
+# Found by the machine on the code before the fix: issue 29 item 3 and more: ArrowInvalid (damaged sample
+# index), JSONDecodeError (publish record), UnicodeDecodeError (LATEST), OSError/NotADirectoryError/ValueError
+# (paths: too long, a file as a root, NUL), IsADirectoryError (`cat DIR`) escape public calls
 def test_no_untyped_exception_escapes_the_public_api(roots) -> None:
     """Hypothesis draws operations over the damaged roots (each on a fresh copy of the root it names);
     every escape is recorded with its call, and the test fails listing each kind once."""

@@ -139,16 +139,25 @@ class GCSStorage(Storage):
         return self._blob(path).exists(retry=_retry())
 
     def _list(self, directory: str):
+        """The objects one level below `directory`, the sub-prefixes, and the prefix; a bucket that
+        is not there is a StorageError naming it."""
+        from google.api_core import exceptions
+
         bucket, prefix = split(directory)
         prefix = prefix.rstrip("/") + "/" if prefix else ""
-        return client().list_blobs(bucket, prefix=prefix, delimiter="/", retry=_retry()), prefix
+        listing = client().list_blobs(bucket, prefix=prefix, delimiter="/", retry=_retry())
+        try:
+            blobs = list(listing)  # prefixes are filled in as pages are read
+        except exceptions.NotFound:
+            raise StorageError(f"{directory}: there is no bucket {bucket!r}") from None
+        return blobs, listing.prefixes, prefix
 
     def list_sizes(self, directory: str) -> dict[str, int]:
-        blobs, prefix = self._list(directory)
+        blobs, _, prefix = self._list(directory)
         return {blob.name[len(prefix) :]: blob.size for blob in blobs if blob.name != prefix}
 
     def objects(self, directory: str) -> dict[str, StoredObject]:
-        blobs, prefix = self._list(directory)
+        blobs, _, prefix = self._list(directory)
         return {
             blob.name[len(prefix) :]: StoredObject(blob.size, blob.generation, blob.crc32c)
             for blob in blobs
@@ -156,10 +165,8 @@ class GCSStorage(Storage):
         }
 
     def list_dirs(self, directory: str) -> list[str]:
-        blobs, prefix = self._list(directory)
-        for _ in blobs:  # prefixes are filled in as pages are read
-            pass
-        return sorted(p[len(prefix) :].rstrip("/") for p in blobs.prefixes)
+        _, prefixes, prefix = self._list(directory)
+        return sorted(p[len(prefix) :].rstrip("/") for p in prefixes)
 
     def delete(self, path: str) -> None:
         from google.api_core import exceptions
@@ -241,7 +248,7 @@ class GCSStorage(Storage):
         return (blobs[0].size, blobs[0].crc32c) == (blobs[1].size, blobs[1].crc32c)
 
     def identities(self, directory: str) -> dict[str, object]:
-        blobs, prefix = self._list(directory)
+        blobs, _, prefix = self._list(directory)
         return {blob.name[len(prefix) :]: blob.generation for blob in blobs if blob.name != prefix}
 
     def delete_if_identity(self, path: str, identity: object) -> bool:
