@@ -31,6 +31,7 @@ from typing import Iterable
 
 from ..errors import InputError, InvalidVersionId, ManifestChanged, NestedDatasetRoot, NotCommitted, VersionSealed
 from ..format.manifest import Manifest, ShardEntry
+from ..format.names import control_error
 from ..storage import Storage, storage_for
 
 VERSIONS_DIR = "versions"
@@ -140,7 +141,6 @@ URI_RULE = (
     f"(a leading './' aside), no control character (C0, DEL), parts of at most {MAX_NAME_BYTES} bytes "
     f"and at most {MAX_PATH_BYTES} bytes in all"
 )
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _shown(text: str, limit: int = 120) -> str:
@@ -154,7 +154,7 @@ def normalize_uri(uri: object, what: str = "path") -> str:
     jobs, the CLI) goes through here first, so `ROOT/versions/..` never becomes ROOT."""
     if not isinstance(uri, str) or not uri:
         raise InputError(f"{what} {uri!r} is not a path: {URI_RULE}")
-    if _CONTROL.search(uri):
+    if control_error(uri):
         raise InputError(f"{what} {_shown(uri)} holds a control character: {URI_RULE}")
     try:
         size = len(uri.encode("utf-8"))
