@@ -58,7 +58,7 @@ from ..format.shard_writer import ShardInfo
 from ..testing import faults
 from .changes import APPEND, DELETE, ChangePlan, plan_change, rewrite_shards, unique_keys
 from .index_merge import merge_index, task_index_rows, task_keys, version_index_rows
-from .journal import Journal, apply, digest, has_landed, journal_job, roll_forward
+from .journal import Journal, JournalState, apply, digest, has_landed, journal_job, journal_state, roll_forward
 from .layout import (
     Version,
     _normalized,
@@ -236,6 +236,8 @@ def commit_job(request: CommitRequest) -> Manifest | None:
             apply(version, journal, token, lock)
     except BaseException as error:
         landed = journal is not None and isinstance(error, LostCommitLock) and has_landed(version, journal)
+        if journal is not None and isinstance(error, LostCommitLock) and not landed:
+            _discard_if_stale(version, journal)
         # A decided commit that failed half-way keeps its staged files: the next committer finishes it.
         if not landed and (journal is None or journal_job(version) != request.job_id):
             _remove_staging(request)
@@ -253,6 +255,18 @@ def commit_job(request: CommitRequest) -> Manifest | None:
         version.uri,
     )
     return manifest
+
+
+def _discard_if_stale(version: Version, journal: Journal) -> None:
+    """A committer frozen between its last lease check and its journal write wrote a journal planned
+    against a manifest another commit has replaced since: nobody will ever apply it, so its own job
+    removes it (the object it wrote, by token), and a failed job leaves nothing behind."""
+    data, token = version.storage.read_versioned(version.journal_uri)
+    if data is None or Journal.from_json(data).job_id != journal.job_id:
+        return
+    current, _ = version.read_manifest_bytes()
+    if journal_state(journal, current) is JournalState.STALE:
+        version.storage.delete_if(version.journal_uri, token)
 
 
 def _check_base(version: Version, request: CommitRequest, current: bytes | None) -> None:

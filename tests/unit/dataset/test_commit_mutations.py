@@ -218,3 +218,21 @@ def test_a_rewritten_shard_carries_sha256_exactly_when_the_version_asks_for_it(t
         else:
             assert shard.sha256 is None, shard
     assert validate_version(v2).ok
+
+
+# (e) a committer frozen after its plan, whose lock was taken over meanwhile, leaves no journal
+
+
+def test_a_committer_that_lost_its_lock_before_its_journal_leaves_no_stale_journal(tmp_path) -> None:
+    uri = str(tmp_path / "v")
+    commit_samples(uri, "a", 4)
+    version = Version.at(uri)
+    # frozen after its last lease check, past its 0.2 s lease: another job takes the lock over and
+    # commits; the frozen one then writes its journal, planned against a manifest that is gone
+    faults.install("commit:planned", lambda: commit_samples(uri, "c", 2))
+    with pytest.raises(LostCommitLock):
+        commit_samples(uri, "b", 3, lease_seconds=0.2)
+    assert not version.storage.exists(version.journal_uri), "the failed job left its stale journal behind"
+    assert version.storage.list_dirs(version.staging_uri) == []
+    samples = spark_webdataset.open(uri)
+    assert sorted(samples.keys()) == keys("a", 4) + keys("c", 2)
