@@ -38,7 +38,7 @@ bench: env  # every bench/*.py but the harness; each prints a table, writes benc
 	  $(PY) $$b $(BENCH_ARGS) || exit 1; done
 
 soak: env  # the promise machine (tests/model) for SOAK_MINUTES (default 30) split between local disk and the GCS emulator; random seeds; prints steps and failures
-	source scripts/airflow_env.sh && export PROMISE_MACHINE=1 PYTHONPATH=$$PWD/plugins PROMISE_MACHINE_REPORT=$${PROMISE_MACHINE_REPORT:-$$(mktemp)} && SOAK_MINUTES=$$(python3 -c "print(float('$(or $(SOAK_MINUTES),30)') / 2)") \
+	source scripts/airflow_env.sh && export PYTHONPATH=$$PWD/plugins PROMISE_MACHINE_REPORT=$${PROMISE_MACHINE_REPORT:-$$(mktemp)} && SOAK_MINUTES=$$(python3 -c "print(float('$(or $(SOAK_MINUTES),30)') / 2)") \
 	  HYPOTHESIS_PROFILE=soak \
 	  $(PY) -m pytest -p no:cacheprovider -q -s tests/model/test_promise_machine.py $(PYTEST_ARGS); \
 	  status=$$?; echo "== soak report ($$PROMISE_MACHINE_REPORT)"; cat $$PROMISE_MACHINE_REPORT; exit $$status

@@ -21,3 +21,11 @@ settings.register_profile(
     "soak", derandomize=False, database=None, max_examples=10**9, stateful_step_count=50, **_COMMON,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+if settings.default.derandomize:
+    # Hypothesis has no public setting for how long shrinking may take (its engine stops after
+    # MAX_SHRINKING_SECONDS, 5 minutes): a failing CI run reports a shorter, still replayable case
+    # (its @reproduce_failure blob) within its budget. The soak keeps the engine's own limit.
+    from hypothesis.internal.conjecture import engine
+
+    engine.MAX_SHRINKING_SECONDS = int(os.environ.get("PROMISE_MACHINE_SHRINK_SECONDS", "60"))

@@ -11,7 +11,7 @@ change; LATEST and the publish records are the model's; nothing outside the root
 public call let an exception outside `WebDatasetError` escape (every call goes through `_call`).
 
 Most writes take the data source's own task and commit path without Spark (committer.py: the real
-commit code, milliseconds); the Spark writer and reader run in a few rules, rarely. CI: a fixed seed
+commit code, milliseconds); the Spark writer and reader run in a few rules, rarely. CI (`make test`): a fixed seed
 and budget (tests/model/conftest.py's `ci` profile); `make soak SOAK_MINUTES=30`: the `soak` profile.
 A failure prints the shrunk step list and a `@reproduce_failure` line.
 """
@@ -57,13 +57,6 @@ FAULT_STEPS = {  # named fault point -> the committer's samples are committed in
 }
 LEASE = 1.0  # the frozen or killed committer's lease: the next writer waits this long to take over
 # 1 in N steps of the Spark rules runs a Spark job (they are seconds each); PROMISE_MACHINE_SPARK_ODDS=1: every one
-
-# Not yet a gate of `make test`: on the fixed code the derandomized CI seed still stops on a model
-# disagreement (a refused hostile-key write into a version a race left behind "changes the root");
-# `make soak` runs it (PROMISE_MACHINE=1) until the model and the product agree on every step.
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("PROMISE_MACHINE"), reason="the promise machine runs under `make soak` (PROMISE_MACHINE=1)"
-)
 
 SPARK_ODDS = int(os.environ.get("PROMISE_MACHINE_SPARK_ODDS", "12"))
 STATS = {"steps": 0, "examples": 0, "spark_jobs": 0, "subprocesses": 0}
