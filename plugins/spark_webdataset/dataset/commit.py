@@ -163,76 +163,56 @@ class CommitRequest:
         return version.storage.join(version.staging_uri, self.job_id)
 
 
+IndexRows = Callable[[], Iterator["pa.RecordBatch"]]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The version as the commit found it under its lock, and what the new manifest extends."""
+
+    manifest_bytes: bytes | None  # the manifest in place: the journal records its digest as its base
+    existing: Manifest | None  # that manifest, parsed; None when there is none or the commit overwrites it
+    base: Manifest | None  # what the commit extends: `existing`, or the parent's with every shard a reference
+    base_index: IndexRows | None  # reads the base's sample index rows (a change reads them more than once)
+
+    @classmethod
+    def read(cls, version: Version, request: CommitRequest) -> "Snapshot":
+        manifest_bytes, _ = version.read_manifest_bytes()
+        faults.point("commit:manifest-read")
+        _check_base(version, request, manifest_bytes)
+        existing = None if request.overwrite or manifest_bytes is None else Manifest.from_json(manifest_bytes)
+        base, base_index = _base(version, request, existing)
+        return cls(manifest_bytes, existing, base, base_index)
+
+    @property
+    def base_owner(self) -> str:
+        return "version" if self.base is self.existing else "parent version"
+
+
 def commit_job(request: CommitRequest) -> Manifest | None:
     """Make the tasks' staged shards final, or raise with nothing of them visible; the version's
     manifest after the commit (None: a stream's empty first batch left no manifest)."""
     version = request.version
-    storage = version.storage
-    messages = sorted(request.attempts, key=lambda m: m.partition)
-    stream = request.stream
     journal: Journal | None = None
     try:
         with CommitLock(version, request.job_id, lease_seconds=request.lease_seconds) as lock:
             roll_forward(version, lock)
             version.check_writable()
-            manifest_bytes, _ = version.read_manifest_bytes()
-            faults.point("commit:manifest-read")
-            _check_base(version, request, manifest_bytes)
-            existing = None if request.overwrite or manifest_bytes is None else Manifest.from_json(manifest_bytes)
-            base, base_index = _base(version, request, existing)
-            if stream is not None and existing is not None and stream.committed_in(existing):
-                log.warning(
-                    "webdataset: batch %d of the stream checkpointed at %s is in %s already "
-                    "(replayed after a restart): its output is dropped",
-                    stream.batch_id, stream.checkpoint, version.uri,
-                )
+            snapshot = Snapshot.read(version, request)
+            if _nothing_to_commit(version, request, snapshot):
                 _remove_staging(request)
-                return existing
-            if stream is not None and not any(message.shards for message in messages):
-                _remove_staging(request)
-                return existing  # an empty micro-batch: nothing to name, nothing to record
-            deleting = request.change == DELETE
-            if not deleting and base is not None:
-                _check_fields(version, request, base, "version" if base is existing else "parent version")
-            names = _shard_names(messages, base)
-            change = None
-            if request.change != APPEND and base is not None:
-                keys, given = unique_keys(task_keys(version, m.index_path) for m in messages if m.index_path)
-                if deleting:
-                    given = sum(m.deleted_rows for m in messages)  # a delete's task keeps each key once
-                first = _first_free_number(base) + sum(len(shard_names) for shard_names in names)
-                change = plan_change(request.change, keys, given, base, base_index, version, first, request.staging_root)
-                lock.check()
-            options = base.options if deleting and base is not None else request.options  # what the manifest records
-            checksum = options.get("checksum")
-            sha256 = None if checksum is None else checksum == SHA256
-            rewritten = rewrite_shards(version, change, storage.rename_threads, lock.renew, sha256) if change else {}
-            index = _merge_index(version, request, messages, names, base, base_index, existing, change)
+                return snapshot.existing
+            plan = CommitPlan.make(version, request, snapshot, lock)
+            index = plan.merge_index()
             lock.renew()
-            planned = _plan(
-                version, request, messages, names, base, index, base=digest(manifest_bytes), change=change, rewritten=rewritten
-            )
-            _check_uploads(version, messages, planned)
+            planned = plan.journal(index)
+            _check_uploads(version, plan.attempts, planned)
             lock.check()
             faults.point("commit:planned")
-            try:
-                storage.create_only(version.journal_uri, planned.to_json())
-            except PreconditionFailed:
-                raise ConcurrentCommit(
-                    f"{version.uri}: another commit ({journal_job(version)}) decided first; write again"
-                ) from None
+            token = _claim_journal_slot(version, planned)
             journal = planned
-            _, token = storage.read_versioned(version.journal_uri)
             faults.point("commit:journal-written")
-            try:
-                lock.check()
-                version.check_writable()  # a publisher may have sealed it since (its seal, then our journal)
-            except BaseException:
-                # Decided: the next holder of the lock finishes it, unless the version was sealed
-                # meanwhile, where it is a stray that must not stay in a published directory.
-                if version.is_sealed():
-                    storage.delete_if(version.journal_uri, token)
-                raise
+            _confirm_decided(version, lock, token)
             apply(version, journal, token, lock)
     except BaseException as error:
         landed = journal is not None and isinstance(error, LostCommitLock) and has_landed(version, journal)
@@ -245,8 +225,7 @@ def commit_job(request: CommitRequest) -> Manifest | None:
             raise
         log.warning("webdataset: lost the commit lock of %s, but another committer finished job %s", version.uri, request.job_id)
     _remove_staging(request)
-    assert journal is not None
-    manifest = Manifest.from_json(journal.manifest)
+    manifest = journal.parsed_manifest
     log.info(
         "webdataset: committed %d shards, %d samples, %d bytes to %s",
         len(manifest.shards),
@@ -255,6 +234,149 @@ def commit_job(request: CommitRequest) -> Manifest | None:
         version.uri,
     )
     return manifest
+
+
+def _nothing_to_commit(version: Version, request: CommitRequest, snapshot: Snapshot) -> bool:
+    """A stream's batch that is committed already (Spark replays it after a restart), or an empty one."""
+    stream = request.stream
+    if stream is None:
+        return False
+    if snapshot.existing is not None and stream.committed_in(snapshot.existing):
+        log.warning(
+            "webdataset: batch %d of the stream checkpointed at %s is in %s already "
+            "(replayed after a restart): its output is dropped",
+            stream.batch_id, stream.checkpoint, version.uri,
+        )  # fmt: skip
+        return True
+    return not any(attempt.shards for attempt in request.attempts)  # an empty micro-batch: nothing to name
+
+
+def _claim_journal_slot(version: Version, journal: Journal) -> object:
+    """The decision: the version's one journal slot, create-only. Its token, to remove it by."""
+    try:
+        version.storage.create_only(version.journal_uri, journal.to_json())
+    except PreconditionFailed:
+        raise ConcurrentCommit(f"{version.uri}: another commit ({journal_job(version)}) decided first; write again") from None
+    _, token = version.storage.read_versioned(version.journal_uri)
+    return token
+
+
+def _confirm_decided(version: Version, lock: CommitLock, token: object) -> None:
+    """Still ours after the journal landed: the lock held, and the version not sealed meanwhile."""
+    try:
+        lock.check()
+        version.check_writable()  # a publisher may have sealed it since (its seal, then our journal)
+    except BaseException:
+        # Decided: the next holder of the lock finishes it, unless the version was sealed
+        # meanwhile, where it is a stray that must not stay in a published directory.
+        if version.is_sealed():
+            version.storage.delete_if(version.journal_uri, token)
+        raise
+
+
+@dataclass(frozen=True)
+class CommitPlan:
+    """What the commit decided under its lock before it claims the journal slot: the shards' final
+    names, a change's plan and its rewritten shards. Its steps read this value; nothing is passed twice."""
+
+    version: Version
+    request: CommitRequest
+    snapshot: Snapshot
+    attempts: list[StagedAttempt]  # in partition order: shard numbers follow it
+    names: list[list[str]]  # each attempt's shards' final names
+    change: ChangePlan | None
+    rewritten: dict[str, ShardEntry]  # a change's rewritten shards, by name
+
+    @classmethod
+    def make(cls, version: Version, request: CommitRequest, snapshot: Snapshot, lock: CommitLock) -> "CommitPlan":
+        attempts = sorted(request.attempts, key=lambda m: m.partition)
+        base = snapshot.base
+        deleting = request.change == DELETE
+        if not deleting and base is not None:
+            _check_fields(version, request, base, snapshot.base_owner)
+        names = _shard_names(attempts, base)
+        change = None
+        if request.change != APPEND and base is not None:
+            keys, given = unique_keys(task_keys(version, m.index_path) for m in attempts if m.index_path)
+            if deleting:
+                given = sum(m.deleted_rows for m in attempts)  # a delete's task keeps each key once
+            first = _first_free_number(base) + sum(len(shard_names) for shard_names in names)
+            change = plan_change(request.change, keys, given, base, snapshot.base_index, version, first, request.staging_root)
+            lock.check()
+        rewritten = rewrite_shards(version, change, version.storage.rename_threads, lock.renew, _sha256(request, base)) if change else {}
+        return cls(version, request, snapshot, attempts, names, change, rewritten)
+
+    @property
+    def recorded(self) -> Manifest | None:
+        """The manifest whose fields and options the new one keeps: a delete reads keys alone."""
+        return self.snapshot.base if self.request.change == DELETE else None
+
+    def merge_index(self) -> tuple[str, int]:
+        """The next index from the base's rows (less what a change removes) and the tasks' rows,
+        staged in the job's directory; raise on a duplicate key. (its staged path, its size)"""
+        version, request, snapshot, change = self.version, self.request, self.snapshot, self.change
+        runs: list[Iterator["pa.RecordBatch"]] = []
+        owners: list[str] = []
+        if snapshot.base_index is not None and snapshot.base is not None:
+            runs.append(change.base_rows(snapshot.base_index()) if change else snapshot.base_index())
+            owners.append(f"the {snapshot.base_owner}'s {len(snapshot.base.shards)} committed shard(s)")
+        for attempt, shard_names in zip(self.attempts, self.names):
+            if attempt.index_path and request.change != DELETE:  # a delete's rows are keys to remove
+                runs.append(task_index_rows(version, attempt.index_path, shard_names))
+                owners.append(f"partition {attempt.partition}")
+        existing = snapshot.existing
+        serial = sample_index_serial(existing.sample_index) + 1 if existing and existing.sample_index else 0
+        staged = version.storage.join(request.staging_root, staged_sample_index_name(serial))
+        return staged, merge_index(version, runs, owners, staged)
+
+    def journal(self, index: tuple[str, int]) -> Journal:
+        """The journal of this plan with its sample index staged: every rename and the new manifest."""
+        version, request, base, change = self.version, self.request, self.snapshot.base, self.change
+        kept = list(base.shards) if base else []  # the version's, or the parent's as references
+        renames: list[tuple[str, str]] = []
+        if change is not None and base is not None:
+            kept = change.entries(base, self.rewritten)
+            renames += [(_relative(version, rewrite.staged), rewrite.name) for rewrite in change.rewrites]
+        entries: list[ShardEntry] = []
+        for attempt, shard_names in zip(self.attempts, self.names):
+            for shard, name in zip(attempt.shards, shard_names):
+                renames.append((_relative(version, version.storage.join(attempt.staging, staged_shard_name(shard.sequence))), name))
+                entries.append(ShardEntry.written(shard, name, attempt.keys_ascending))
+        staged_index, index_bytes = index
+        sample_index = sample_index_path(sample_index_serial(staged_index))
+        renames.append((_relative(version, staged_index), sample_index))
+        previous_run = dict(base.run) if base else {}
+        streams = dict(previous_run.get(STREAMS_KEY, {}))
+        if request.stream is not None:
+            streams[request.stream.checkpoint] = request.stream.batch_id
+        recorded = self.recorded
+        manifest = Manifest(
+            shards=kept + entries,
+            fields=recorded.fields if recorded else request.fields,
+            options=recorded.options if recorded else request.options,
+            sample_index=sample_index,
+            sample_index_bytes=index_bytes,
+            parent=request.parent if request.parent is not None else (base.parent if base else None),
+            run={
+                "spark_application_id": request.application_id,
+                "job_id": request.job_id,
+                "mode": "overwrite" if request.overwrite else "append",
+                "commits": int(previous_run.get("commits", 0)) + 1,
+                "committed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "oversize_samples": list(previous_run.get("oversize_samples", []))
+                + [shard.first_key for attempt in self.attempts for shard in attempt.shards if shard.oversize],
+                **({STREAMS_KEY: streams} if streams else {}),
+                **_change_record(previous_run, change, entries),
+            },
+        )
+        return Journal.planned(request.job_id, request.overwrite, renames, manifest, digest(self.snapshot.manifest_bytes))
+
+
+def _sha256(request: CommitRequest, base: Manifest | None) -> bool | None:
+    """Whether rewritten shards carry sha256: the dataset's checksum setting (a delete's is its base's)."""
+    options = base.options if request.change == DELETE and base is not None else request.options
+    checksum = options.get("checksum")
+    return None if checksum is None else checksum == SHA256
 
 
 def _discard_if_stale(version: Version, journal: Journal) -> None:
@@ -338,9 +460,6 @@ def _shard_names(messages: list[StagedAttempt], existing: Manifest | None) -> li
     return names
 
 
-IndexRows = Callable[[], Iterator["pa.RecordBatch"]]
-
-
 def _base(version: Version, request: CommitRequest, existing: Manifest | None) -> tuple[Manifest | None, IndexRows | None]:
     """What the commit builds on: the version's manifest (an append), or its parent's with every
     shard a reference (a new version with a parent); and how to read that manifest's index rows
@@ -374,84 +493,6 @@ def _base(version: Version, request: CommitRequest, existing: Manifest | None) -
     return referenced, lambda: version_index_rows(parent_version, parent_index, parent=request.parent)
 
 
-def _merge_index(
-    version: Version,
-    request: CommitRequest,
-    messages: list[StagedAttempt],
-    names: list[list[str]],
-    base: Manifest | None,
-    base_index: IndexRows | None,
-    existing: Manifest | None,
-    change: ChangePlan | None = None,
-) -> tuple[str, int]:
-    """The next index from the base's rows (less what a change removes) and the tasks' rows,
-    staged in the job's directory; raise on a duplicate key. (its staged path, its size)"""
-    runs: list[Iterator["pa.RecordBatch"]] = []
-    owners: list[str] = []
-    if base_index is not None and base is not None:
-        runs.append(change.base_rows(base_index()) if change else base_index())
-        owners.append(f"the {'version' if base is existing else 'parent version'}'s {len(base.shards)} committed shard(s)")
-    for message, shard_names in zip(messages, names):
-        if message.index_path and request.change != DELETE:  # a delete's rows are keys to remove
-            runs.append(task_index_rows(version, message.index_path, shard_names))
-            owners.append(f"partition {message.partition}")
-    serial = sample_index_serial(existing.sample_index) + 1 if existing and existing.sample_index else 0
-    staged = version.storage.join(request.staging_root, staged_sample_index_name(serial))
-    return staged, merge_index(version, runs, owners, staged)
-
-
-def _plan(
-    version: Version,
-    request: CommitRequest,
-    messages: list[StagedAttempt],
-    names: list[list[str]],
-    existing: Manifest | None,
-    index: tuple[str, int],
-    base: str | None,
-    change: ChangePlan | None = None,
-    rewritten: dict[str, ShardEntry] | None = None,
-) -> Journal:
-    stream = request.stream
-    kept = list(existing.shards) if existing else []  # the version's, or the parent's as references
-    renames: list[tuple[str, str]] = []
-    if change is not None and existing is not None:
-        kept = change.entries(existing, rewritten or {})
-        renames += [(_relative(version, rewrite.staged), rewrite.name) for rewrite in change.rewrites]
-    entries: list[ShardEntry] = []
-    for message, shard_names in zip(messages, names):
-        for shard, name in zip(message.shards, shard_names):
-            renames.append((_relative(version, version.storage.join(message.staging, staged_shard_name(shard.sequence))), name))
-            entries.append(ShardEntry.written(shard, name, message.keys_ascending))
-    staged_index, index_bytes = index
-    sample_index = sample_index_path(sample_index_serial(staged_index))
-    renames.append((_relative(version, staged_index), sample_index))
-    previous_run = dict(existing.run) if existing else {}
-    streams = dict(previous_run.get(STREAMS_KEY, {}))
-    if stream is not None:
-        streams[stream.checkpoint] = stream.batch_id
-    deleting = request.change == DELETE and existing is not None
-    manifest = Manifest(
-        shards=kept + entries,
-        fields=existing.fields if deleting and existing else request.fields,  # a delete reads keys alone
-        options=existing.options if deleting and existing else request.options,
-        sample_index=sample_index,
-        sample_index_bytes=index_bytes,
-        parent=request.parent if request.parent is not None else (existing.parent if existing else None),
-        run={
-            "spark_application_id": request.application_id,
-            "job_id": request.job_id,
-            "mode": "overwrite" if request.overwrite else "append",
-            "commits": int(previous_run.get("commits", 0)) + 1,
-            "committed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "oversize_samples": list(previous_run.get("oversize_samples", []))
-            + [shard.first_key for message in messages for shard in message.shards if shard.oversize],
-            **({STREAMS_KEY: streams} if streams else {}),
-            **_change_record(previous_run, change, entries),
-        },
-    )
-    return Journal(request.job_id, request.overwrite, renames, manifest.to_json(), base)
-
-
 def _change_record(previous_run: dict[str, Any], change: ChangePlan | None, entries: list[ShardEntry]) -> dict[str, Any]:
     """The run section's `change` (this commit's) and `changes` (every change commit of the version,
     in order: a day's upsert and delete may be two commits of one version)."""
@@ -470,7 +511,7 @@ def _check_uploads(version: Version, messages: list[StagedAttempt], journal: Jou
     # a batch write's tasks stage below the writer's job; a stream's below the job of the writer
     # Spark pickled for its tasks, which is not the committing one
     roots = sorted({message.staging.rsplit("/", 1)[0] for message in messages})
-    if not roots and any(final != Manifest.from_json(journal.manifest).sample_index for _, final in journal.renames):
+    if not roots and any(final != journal.parsed_manifest.sample_index for _, final in journal.renames):
         roots = [version.storage.join(version.staging_uri, journal.job_id)]  # only rewrites were staged
     stored: dict[str, str | None] = {}
     for root in roots:
@@ -478,7 +519,7 @@ def _check_uploads(version: Version, messages: list[StagedAttempt], journal: Jou
         if below is None:
             return  # local files: the server keeps no checksum, and reading them again is validation's job
         stored.update({f"{root.rstrip('/')}/{relative}": crc for relative, crc in below.items()})
-    written = {shard.name: shard.crc32c for shard in Manifest.from_json(journal.manifest).shards}
+    written = {shard.name: shard.crc32c for shard in journal.parsed_manifest.shards}
     for staged, final in journal.renames:
         if final not in written:
             continue  # the sample index: not a shard

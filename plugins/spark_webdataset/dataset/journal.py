@@ -16,6 +16,7 @@ import json
 import logging
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..errors import ConcurrentCommit, NotCommitted, PreconditionFailed
 from ..format.manifest import Manifest, ShardEntry
@@ -44,6 +45,20 @@ class Journal:
     base: str | None = None  # sha256 of the manifest it was planned against; None: there was none
     legacy: bool = False  # a v1 journal (no base): trusted, as v1 committers did
 
+    @classmethod
+    def planned(
+        cls, job_id: str, overwrite: bool, renames: list[tuple[str, str]], manifest: Manifest, base: str | None
+    ) -> "Journal":
+        """A commit's journal from its plan: the manifest serialised once, and kept as the value it is."""
+        journal = cls(job_id, overwrite, renames, manifest.to_json(), base)
+        journal.parsed_manifest = manifest
+        return journal
+
+    @cached_property
+    def parsed_manifest(self) -> Manifest:
+        """The manifest this journal puts in place (parsed once per journal)."""
+        return Manifest.from_json(self.manifest)
+
     def to_json(self) -> bytes:
         return json.dumps(
             {
@@ -71,7 +86,7 @@ class Journal:
     def new_shards(self) -> list[ShardEntry]:
         """The manifest entries of the shards this journal renames into place."""
         targets = {final for _, final in self.renames}
-        return [shard for shard in Manifest.from_json(self.manifest).own_shards if shard.name in targets]
+        return [shard for shard in self.parsed_manifest.own_shards if shard.name in targets]
 
 
 class JournalState(enum.Enum):
