@@ -132,6 +132,10 @@ class PromiseModel:
         outcome, after = self._expect_write(s, version, rows, overwrite, parent, change, retyped)
         if outcome.kind == OK and after is not None and after.parent is not None and self.is_tampered(after.parent):
             return Outcome(EITHER, ANY, "the parent was tampered with"), after
+        resolved, _ = self.resolve_parent(parent)
+        if outcome.kind == ERROR and resolved is not None and self.is_tampered(resolved):
+            # refused either way: reading the tampered parent's index may be what refuses it first
+            return Outcome(ERROR, ANY, f"{outcome.why}; and the parent was tampered with"), None
         return outcome, after
 
     def _expect_write(self, s, version, rows, overwrite, parent, change, retyped) -> tuple[Outcome, VersionState | None]:

@@ -158,3 +158,24 @@ def test_a_truncated_sample_index_is_a_typed_error(env) -> None:
         ("release", dict(version="v1", rows={"k00": ("", None)}, parent=None, change=None, date="2026-01-01")),
         ("tamper", dict(version="v1", what="index-truncate", pick=0)),
     ])  # fmt: skip
+
+
+# Found by the machine's CI seed after issue 29's fixes: a committer frozen between its last lease
+# check and its journal write (commit:planned) wrote a stale journal once resumed and left it; the next
+# write, refused for its key, discarded it: "a refused write ... changed the root"
+def test_a_committer_frozen_before_its_journal_leaves_no_stale_journal(env) -> None:
+    replay(env, [
+        ("frozen_or_killed_committer", dict(version="v4", step="commit:planned", kill=False, dice=0)),
+        ("write_hostile_key", dict(version="v4", key="a\nb")),
+    ])  # fmt: skip
+
+
+# Found by the soak (model, not product): a write built on a published parent whose sample index was
+# deleted is refused by reading that index (StorageError naming it) before its duplicate key is seen;
+# the model now accepts either refusal
+def test_a_write_on_a_parent_whose_index_is_gone_is_refused_with_a_typed_error(env) -> None:
+    replay(env, [
+        ("release", dict(version="v2", rows={"k00": ("a", None)}, parent=None, change=None, date="2026-01-01")),
+        ("tamper", dict(version="v2", what="index-delete", pick=0)),
+        ("write", dict(version="v4", rows={"k00": ("b", b"x")}, overwrite=True, parent="v2", change=None, retyped=1)),
+    ])  # fmt: skip
