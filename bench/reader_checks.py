@@ -5,7 +5,7 @@
 
 Writes one version of --samples samples (a 1 KiB binary field each) in shards of 256 MiB with the
 real ShardWriter and a manifest, then reads every shard through `WebDatasetReader.read` (the code a
-Spark task runs: fast_scan's batches into Arrow record batches), once with the manifest's crc32c
+Spark task runs: fast_read's batches into Arrow record batches), once with the manifest's crc32c
 (the check: every byte through `Crc32cReader`, no seeks) and once with the crc32c removed from the
 partitions (as a manifest without one reads: no check). Wall and CPU time of each, in that order and
 then the other (--rounds), and the ratio. The page cache is warm after the write: this is the CPU

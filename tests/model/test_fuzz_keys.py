@@ -24,7 +24,7 @@ from tests.model.fuzzing import fuzz_settings
 from hypothesis import strategies as st
 
 from spark_webdataset.errors import InvalidField, InvalidKey, InvalidMemberName, WebDatasetError
-from spark_webdataset.format.fast_scan import read_sample_batches
+from spark_webdataset.format.fast_read import read_sample_batches
 from spark_webdataset.format.names import (
     INVALID_KEY_PATTERN,
     KEY_COLUMN,
@@ -38,7 +38,7 @@ from spark_webdataset.format.names import (
     split_member_name,
 )
 from spark_webdataset.format.sample_reader import iter_samples
-from spark_webdataset.format.scan import scan_shard
+from spark_webdataset.format.fast_verify import scan_shard
 from spark_webdataset.format.shard_writer import ShardWriter
 
 FUZZ = fuzz_settings(200)

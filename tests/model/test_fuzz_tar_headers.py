@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 
 from spark_webdataset.errors import TarFormatError, WebDatasetError
 from spark_webdataset.format import tar_rules
-from spark_webdataset.format.fast_scan import read_sample_batches
+from spark_webdataset.format.fast_read import read_sample_batches
 from spark_webdataset.format.names import control_error, key_error
 from spark_webdataset.format.sample_reader import iter_samples
-from spark_webdataset.format.scan import scan_shard
+from spark_webdataset.format.fast_verify import scan_shard
 from spark_webdataset.format.shard_writer import ShardWriter
 from spark_webdataset.format.verify import check_shard
 from tests.support.tars import END, GOOD, Pipe, bogus_pax_length, huge_base256, member, pax, pax_record, pax_size_past_the_end

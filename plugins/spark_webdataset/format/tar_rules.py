@@ -1,8 +1,8 @@
 """The tar rules our three parsers apply, written once: how a size is spelled, how far it may reach, PAX records.
 
 The exact parser (`sample_reader.iter_members`) applies them header by
-header and is the judge. The two fast paths (`fast_scan`, the reader's;
-`scan`, the validator's) apply the vectorized forms below to whole chunks
+header and is the judge. The two fast paths (`fast_read`, the reader's;
+`fast_verify`, the validator's) apply the vectorized forms below to whole chunks
 of headers and hand any member that breaks one to the exact parser (or
 say "not sure"), so all three fail the same bytes with the same error.
 

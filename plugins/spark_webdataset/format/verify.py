@@ -15,7 +15,7 @@ from .names import control_error, key_error
 from ..errors import TarFormatError
 from .sample_reader import iter_samples
 from .tar_rules import remaining
-from .scan import scan_shard
+from .fast_verify import scan_shard
 
 MAX_ERRORS_PER_SHARD = 20
 

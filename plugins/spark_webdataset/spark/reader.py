@@ -35,6 +35,7 @@ from ..format import manifest as manifests
 from ..format.checksums import Crc32cReader, crc32c_view
 from ..format.manifest import Manifest, ShardEntry
 from ..format.names import KEY_COLUMN
+from ..format.ustar import END_OF_ARCHIVE
 from ..dataset.layout import Dataset, Version
 from ..storage import storage_for
 from .options import KeyRange, ReadOptions
@@ -237,7 +238,7 @@ class WebDatasetReader(DataSourceReader):
         its own; they must be the samples the index put there."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from ..format.fast_scan import read_sample_batches
+        from ..format.fast_read import read_sample_batches
 
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         storage = storage_for(url)
@@ -248,13 +249,13 @@ class WebDatasetReader(DataSourceReader):
                 data = bytearray(storage.read_range(url, start, end - start))
                 checks.feed(memoryview(data))
                 checks.finish()
-                stream: io.RawIOBase = io.BytesIO(bytes(data) + _END_OF_ARCHIVE)
+                stream: io.RawIOBase = io.BytesIO(bytes(data) + END_OF_ARCHIVE)
             else:
                 stream = _Span(storage.open_read(url), start, end, checks)
             expected = [sample[2] for sample in run]
             with stream:
                 found: list[str] = []
-                for batch in read_sample_batches(stream, self.fields, shard_bytes=end - start + len(_END_OF_ARCHIVE)):
+                for batch in read_sample_batches(stream, self.fields, shard_bytes=end - start + len(END_OF_ARCHIVE)):
                     found += batch.keys.to_pylist()
                     yield self._record_batch(batch, url, arrow_schema)
             if found != expected:
@@ -286,13 +287,13 @@ class WebDatasetReader(DataSourceReader):
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
     def _batches(self, url: str, expected: ShardEntry | None) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
-        """A record batch per chunk of the shard (format/fast_scan.py): binary columns go to Spark as parsed.
+        """A record batch per chunk of the shard (format/fast_read.py): binary columns go to Spark as parsed.
 
         A shard its manifest gives a crc32c for is read through one (every byte, no seeks) and
         compared at its end: the task fails with ChecksumMismatch rather than end with other bytes."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from ..format.fast_scan import read_sample_batches
+        from ..format.fast_read import read_sample_batches
 
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         storage = storage_for(url)
@@ -342,7 +343,6 @@ class WebDatasetReader(DataSourceReader):
                 json.dump({"shard": partition.url, "error": str(error)}, out)
 
 
-_END_OF_ARCHIVE = bytes(1024)
 
 
 def _runs(samples: list[Selected]) -> Iterator[list[Selected]]:
@@ -406,7 +406,7 @@ class _Span(io.RawIOBase):
         self.stream = stream
         stream.seek(start)
         self.left = end - start
-        self.tail = _END_OF_ARCHIVE
+        self.tail = END_OF_ARCHIVE
         self.checks = checks
 
     def readable(self) -> bool:
@@ -436,7 +436,7 @@ class _Span(io.RawIOBase):
 
 def _check_structure(url: str) -> None:
     """One pass over the headers (no payload copied): a shard we would skip fails here, before any row."""
-    from ..format.fast_scan import read_sample_batches
+    from ..format.fast_read import read_sample_batches
 
     storage = storage_for(url)
     with storage.open_read(url) as stream:

@@ -21,9 +21,9 @@ import pytest
 from spark_webdataset.format.manifest import Manifest
 from spark_webdataset.errors import MemberSizeError
 from spark_webdataset.format import tar_rules, ustar
-from spark_webdataset.format.fast_scan import read_sample_batches
+from spark_webdataset.format.fast_read import read_sample_batches
 from spark_webdataset.format.sample_reader import iter_members, iter_samples
-from spark_webdataset.format.scan import scan_shard
+from spark_webdataset.format.fast_verify import scan_shard
 from spark_webdataset.format.verify import check_shard
 from tests.support.tars import BLOCK, END, GOOD, HUGE, Pipe, bogus_pax_length, claiming, huge_base256, member, one_verdict, pax, pax_record, pax_size_past_the_end, version_with, with_field
 

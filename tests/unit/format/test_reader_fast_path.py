@@ -1,4 +1,4 @@
-"""The reader's fast path (format/fast_scan.py) against the exact parser, its judge.
+"""The reader's fast path (format/fast_read.py) against the exact parser, its judge.
 
 On every tar here both readers must give the same rows (key, then each
 asked-for field's payload or None) and, where the tar is damaged or
@@ -23,7 +23,7 @@ from tests.support.helpers import tar_by_tarfile
 from spark_webdataset.errors import TarFormatError
 from spark_webdataset.format import ustar
 from spark_webdataset.format.encode import encode_column
-from spark_webdataset.format.fast_scan import read_sample_batches
+from spark_webdataset.format.fast_read import read_sample_batches
 from spark_webdataset.format.sample_reader import iter_samples
 from spark_webdataset.format.shard_writer import ShardWriter
 from tests.support.tars import END, Pipe, member
@@ -222,12 +222,12 @@ def test_the_reader_names_the_shard_of_a_damaged_tar(tmp_path: Path) -> None:
 def test_our_shards_and_tarfiles_stay_on_the_fast_path(tmp_path: Path, monkeypatch) -> None:
     """The speed-up is only real if ordinary tars never hand over: with the exact parser gone,
     our shards and tarfile's (every chunk size) still read whole."""
-    from spark_webdataset.format import fast_scan
+    from spark_webdataset.format import fast_read
 
     def no_handover(*args, **kwargs):
         raise AssertionError("the fast path handed over to the exact parser")
 
-    monkeypatch.setattr(fast_scan, "_exact", no_handover)
+    monkeypatch.setattr(fast_read, "_exact", no_handover)
     rows = [(f"k{i:03d}", {"bin": os.urandom(i * 211 % 5000), "cls": b"%d" % i}) for i in range(300)]
     members = [(f"{i:06d}.{f}", os.urandom(i * 37 % 3000)) for i in range(400) for f in ("jpg", "cls")]
     for data, count in ((ours(rows, ["bin", "cls"], tmp_path), 300), (tar_by_tarfile(members), 400)):

@@ -20,9 +20,9 @@ import pytest
 from tests.support.tars import BLOCK, END, GOOD, member, one_verdict, pax, pax_record, with_field
 
 from spark_webdataset.format import names, tar_rules, ustar
-from spark_webdataset.format.fast_scan import read_sample_batches
+from spark_webdataset.format.fast_read import read_sample_batches
 from spark_webdataset.format.sample_reader import iter_samples
-from spark_webdataset.format.scan import scan_shard
+from spark_webdataset.format.fast_verify import scan_shard
 
 
 def raw_member(raw_name: bytes, data: bytes = b"2", typeflag: bytes = b"0") -> bytes:

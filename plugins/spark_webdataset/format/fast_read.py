@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import tar_rules
+from .chunks import field_values, read_full
 from .names import USTAR_NAME_BYTES, split_names
 from .sample_reader import iter_samples
 from .tar_rules import BLOCK, header_chain, header_faults, padded
@@ -54,32 +55,6 @@ class SampleBatch:
     def filter(self, mask: pa.Array) -> "SampleBatch":
         """The samples where `mask` is true (a key range), before anything is decoded."""
         return SampleBatch(self.keys.filter(mask), {name: column.filter(mask) for name, column in self.columns.items()})
-
-
-# -- shared with scan.py, the validator's fast path (the header and name rules: tar_rules, names) --
-
-
-def field_values(names: np.ndarray, dot: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
-    """(index per row, distinct field names): the text after each row's key dot, as small integers."""
-    field_lengths = np.maximum(lengths - dot - 1, 0)
-    width = max(int(field_lengths.max(initial=0)), 1)
-    take = np.minimum(dot[:, None] + 1 + np.arange(max(width, 8)), names.shape[1] - 1)
-    aligned = np.take_along_axis(names, take, axis=1)
-    aligned = np.where(np.arange(aligned.shape[1]) < field_lengths[:, None], aligned, np.uint8(0))
-    if width <= 8:  # the usual case: one uint64 a field, a pass per distinct field
-        values = np.ascontiguousarray(aligned[:, :8]).view(np.uint64).reshape(-1)
-        codes = np.empty(len(values), dtype=np.int64)
-        distinct: list[bytes] = []
-        todo = np.ones(len(values), dtype=bool)
-        while todo.any():
-            value = values[todo.argmax()]
-            same = values == value
-            codes[same] = len(distinct)
-            distinct.append(value.tobytes().rstrip(b"\0"))
-            todo &= ~same
-        return codes, distinct
-    rows, inverse = np.unique(aligned, axis=0, return_inverse=True)
-    return inverse.reshape(-1).astype(np.int64), [row.tobytes().rstrip(b"\0") for row in rows]
 
 
 # -- the reader ----------------------------------------------------------------------------------
@@ -104,17 +79,6 @@ class _Resume(io.RawIOBase):
         data = self.stream.read(len(target))
         target[: len(data)] = data
         return len(data)
-
-
-def read_full(stream: BinaryIO, view: memoryview) -> int:
-    """Fill `view` from `stream` (readinto may return less); the bytes read, fewer only at its end."""
-    got = 0
-    while got < len(view):
-        count = stream.readinto(view[got:])
-        if not count:
-            break
-        got += count
-    return got
 
 
 def _gappy(buffer: bytearray, filled: int, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
