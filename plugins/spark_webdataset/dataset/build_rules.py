@@ -99,12 +99,14 @@ DURATION_RULE = "seconds as a number, or amounts with units w, d, h, m, s from t
 MAX_DURATION_SECONDS = 3650 * 86400  # ten years means "never"; more overflows timedelta
 
 
-def parse_duration(value: Any, name: str = "duration", *, above_zero: bool = False) -> float:
+def parse_duration(value: Any, name: str = "", *, above_zero: bool = False) -> float:
     """Seconds in `90`, `90s`, `30m`, `1h30m`, `1.5d`, `2w`: the one duration grammar.
 
     A number (not a bool) is seconds. Units come from the largest down, each at most once; an
-    amount may have decimals. Zero is allowed unless `above_zero`; at most ten years.
+    amount may have decimals. Zero is allowed unless `above_zero`; at most ten years. `name` is
+    what the error calls the value (none: the caller says where it was).
     """
+    given = f"{name}={value!r}" if name else repr(value)
     if isinstance(value, datetime.timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -112,11 +114,11 @@ def parse_duration(value: Any, name: str = "duration", *, above_zero: bool = Fal
     elif isinstance(value, str) and (seconds := _seconds(value.strip().lower())) is not None:
         pass
     else:
-        raise BadOption(f"{name}={value!r} is not a duration: {DURATION_RULE}")
+        raise BadOption(f"{given} is not a duration: {DURATION_RULE}")
     if math.isnan(seconds) or seconds < 0 or (above_zero and seconds == 0):
-        raise BadOption(f"{name}={value!r} must be {'above' if above_zero else 'at least'} zero: {DURATION_RULE}")
+        raise BadOption(f"{given} must be {'above' if above_zero else 'at least'} zero: {DURATION_RULE}")
     if seconds > MAX_DURATION_SECONDS:
-        raise BadOption(f"{name}={value!r} is more than {MAX_DURATION_SECONDS // 86400} days")
+        raise BadOption(f"{given} is more than {MAX_DURATION_SECONDS // 86400} days")
     return seconds
 
 

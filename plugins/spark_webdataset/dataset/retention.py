@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import re
 import time
 from dataclasses import dataclass, field
 
@@ -60,6 +59,7 @@ from .layout import (
     parse_logical_date,
     record_order,
 )
+from .build_rules import parse_duration  # noqa: F401 - gc's --min-age (cli.py); the one grammar
 from .staging import live_jobs
 
 DEFAULT_MIN_AGE_SECONDS = 24 * 3600.0
@@ -68,16 +68,6 @@ PIN_KIND = "spark-webdataset-pin-v1"
 # What a retired directory keeps while a kept version references some of its shards, and the order in
 # which a directory's last files go (the mark of a decided removal last).
 PROOF_FILES = (MANIFEST_NAME, VALIDATION_NAME, SEAL_NAME, WRITER_MARK_NAME, RETIRED_NAME)
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
-_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in `24h`, `30m`, `7d`, `90s`, `1w` or a plain number of seconds."""
-    match = _DURATION.fullmatch(text.strip().lower())
-    if match is None:
-        raise BadOption(f"duration {text!r} is not a number with an optional unit s, m, h, d or w (e.g. 24h)")
-    return float(match.group(1)) * _UNITS[match.group(2)]
 
 
 @dataclass(frozen=True)
@@ -418,6 +408,3 @@ def unpin(root: str, version: str) -> bool:
     dataset.storage.delete(uri)
     return True
 
-
-def pinned(root: str) -> list[str]:
-    return Dataset(root).pinned_ids()

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..errors import BadOption, InvalidVersionId
+from ..errors import BadOption
 from ..format.checksums import CHECKSUMS, CRC32C
-from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
+from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, MIN_SHARD_BYTES
+from ..format.sizes import parse_size
 from ..format.ustar import MAX_USTAR_SIZE
-from ..dataset.changes import APPEND, CHANGES
-from ..dataset.layout import check_version_id
+from ..dataset.build_rules import APPEND, LATEST, BuildBase, Spelling
 from ..dataset.lock import DEFAULT_LEASE_SECONDS
 
 # The commit lock's lease: how long a dead committer blocks the next one.
@@ -32,23 +32,26 @@ _KNOWN = {
     "parent",
     "change",
 }
-LATEST_PARENT = "LATEST"  # option parent=LATEST: the dataset's LATEST when the write starts
+LATEST_PARENT = LATEST  # option parent=LATEST: the dataset's LATEST when the write starts
+OPTION_NAMES = Spelling(change="option change", parent="option parent")  # the build rules, as options
 
 
-def _parse_parent(value: str | None) -> str | None:
-    if value is None or value == LATEST_PARENT:
-        return value
+def parse_max_shard_bytes(value: str | int, name: str = "maxShardBytes") -> int:
+    """The shard cap from what a person wrote ("3GiB", 1048576): the one parser and rule of it.
+
+    The writer's option, the jobs' argument and a dataset config's field all
+    go through here; `name` is the one the error names. Raises BadOption.
+    """
     try:
-        return check_version_id(value)
-    except InvalidVersionId as error:
-        raise BadOption(f"option parent={value!r}: LATEST or a version id ({error})") from None
-
-
-def _parse_change(value: object, parent: str | None) -> str:
-    change = parse_choice("change", value, CHANGES)
-    if change != APPEND and parent is None:
-        raise BadOption(f"option change={value!r} needs option parent (LATEST or a version id) to change")
-    return change
+        size = parse_size(value, name)
+    except ValueError as error:
+        raise BadOption(str(error)) from None
+    if size < MIN_SHARD_BYTES:
+        raise BadOption(
+            f"option {name}={value} is smaller than one tar header plus the "
+            f"end-of-archive blocks ({MIN_SHARD_BYTES} bytes)"
+        )
+    return size
 
 
 def parse_bool(name: str, value: object) -> bool:
@@ -129,6 +132,7 @@ class WriteOptions:
         )  # fmt: skip
         max_bytes = parse_max_shard_bytes(lowered.get("maxshardbytes", cls.max_shard_bytes))
         max_samples = lowered.get("maxsamplespershard")
+        base = BuildBase.checked(lowered.get("change"), lowered.get("parent"), OPTION_NAMES)
         return cls(
             path=path.rstrip("/"),
             max_shard_bytes=max_bytes,
@@ -139,8 +143,8 @@ class WriteOptions:
             commit_lease_seconds=parse_seconds(
                 "commitLeaseSeconds", lowered.get(COMMIT_LEASE_OPTION, cls.commit_lease_seconds)
             ),
-            parent=_parse_parent(lowered.get("parent")),
-            change=_parse_change(lowered.get("change", cls.change), lowered.get("parent")),
+            parent=base.parent,
+            change=base.change,
         )
 
     def spark_options(self) -> dict[str, str]:

@@ -70,7 +70,7 @@ def test_a_duration_outside_the_grammar_names_it(text) -> None:
 
 
 def test_duration_bounds() -> None:
-    with pytest.raises(BadOption, match="must be above zero"):
+    with pytest.raises(BadOption, match=r"^'0s' must be above zero"):
         parse_duration("0s", above_zero=True)
     with pytest.raises(BadOption, match="must be at least zero"):
         parse_duration(-1)
