@@ -51,11 +51,10 @@ from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES
 from ..format.sizes import spell_size
 from ..dataset.build_rules import (
     APPEND, ORDERS, Spelling, check_change, check_change_parent, check_order, check_parent, parse_duration,
-    spell_duration,
+    parse_max_shard_bytes, spell_duration,
 )  # fmt: skip
 from ..dataset.layout import check_dataset_root, normalize_uri
 from ..dataset.retention import DEFAULT_MIN_AGE_SECONDS, RetentionPolicy
-from ..spark.options import parse_max_shard_bytes
 
 DAGS_FOLDER_ENV = "AIRFLOW__CORE__DAGS_FOLDER"
 DATASETS_ENV = "SPARK_WEBDATASET_DATASETS"

@@ -16,13 +16,12 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import InputError, NestedDatasetRoot, PipelineError, VersionError, WebDatasetError
 from ..format.sizes import format_size
-from ..dataset.build_rules import DELETE, LATEST, BuildBase, Spelling, check_order
+from ..dataset.build_rules import DELETE, LATEST, BuildBase, Spelling, check_order, parse_max_shard_bytes
 from ..dataset.layout import Dataset, check_dataset_root, check_version_id, iso_utc, parse_logical_date, record_order
 from ..dataset.publish import publish
 from ..dataset.retention import GcReport, RetentionPolicy, collect, plan
 from ..dataset.validate import validate_version
 from ..jobs.validate_spark import spark_check
-from ..spark.options import parse_max_shard_bytes
 from .configs import source_problem
 
 VERSION_FORMAT = "%Y%m%dT%H%M%SZ"
@@ -105,7 +104,7 @@ def run_build(params: Mapping[str, Any]) -> BuildBase:
     try:
         base = BuildBase.checked(params.get("change") or None, params.get("parent"), PARAM_NAMES)
         check_order(params.get("order"), PARAM_NAMES)
-        parse_max_shard_bytes(params.get("max_shard_bytes"), "max_shard_bytes")
+        parse_max_shard_bytes(params.get("max_shard_bytes"), "param max_shard_bytes")
     except InputError as error:
         raise PipelineError(str(error)) from None
     return base

@@ -5,7 +5,8 @@ version id) and a sample order; a config or a command names durations
 (task timeouts, gc's minimum age). The data source's options
 (`spark/options.py`), the build job's arguments (`jobs/build.py`), a
 dataset config (`airflow/configs.py`) and a run's Params
-(`airflow/pipeline.py`) all check them here, so each rule has one text.
+(`airflow/pipeline.py`) all check them here, so each rule has one text; the
+shard cap (`parse_max_shard_bytes`) too.
 Each entry point spells its settings its own way (`option parent`,
 `--parent`, `parent`, `param parent`): it passes a `Spelling` and the
 messages name what the user wrote. A broken rule raises BadOption (an
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BadOption, InvalidVersionId
+from ..format.shard_writer import MIN_SHARD_BYTES
+from ..format.sizes import parse_size
 from .layout import check_version_id
 
 APPEND, UPSERT, DELETE = "append", "upsert", "delete"
@@ -88,6 +91,23 @@ def check_order(value: Any, names: Spelling = Spelling()) -> str:
     if value not in ORDERS:
         raise BadOption(f"{names.order}={value!r} is not one of {', '.join(ORDERS)}")
     return value
+
+
+def parse_max_shard_bytes(value: str | int, name: str = "maxShardBytes") -> int:
+    """The shard cap from what a person wrote ("3GiB", 1048576): the one parser and rule of it.
+
+    The writer's option, the jobs' argument, a dataset config's field and a run's Param all go
+    through here; `name` is what the error calls it (`option maxShardBytes`, `--max-shard-bytes`).
+    """
+    try:
+        size = parse_size(value, name)
+    except ValueError as error:
+        raise BadOption(str(error)) from None
+    if size < MIN_SHARD_BYTES:
+        raise BadOption(
+            f"{name}={value!r} is smaller than one tar header plus the end-of-archive blocks ({MIN_SHARD_BYTES} bytes)"
+        )
+    return size
 
 
 # -- durations: task timeouts, gc's minimum age --------------------------------------------------------

@@ -29,7 +29,7 @@ from ..format.manifest import Manifest
 from ..format.names import KEY_COLUMN
 from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES
 from ..format.sizes import format_size, spell_size
-from ..dataset.build_rules import APPEND, CHANGES, DELETE, ORDERS, BuildBase, Spelling
+from ..dataset.build_rules import APPEND, CHANGES, DELETE, ORDERS, BuildBase, Spelling, parse_max_shard_bytes
 from ..dataset.layout import Dataset, Version, absolute_uri, check_dataset_root, check_version_id
 
 if TYPE_CHECKING:
@@ -216,7 +216,7 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
     from pyspark.sql import functions as F
 
     from ..spark.datasource import register
-    from ..spark.options import WriteOptions, parse_max_shard_bytes
+    from ..spark.options import WriteOptions
 
     register(spark)
     args = absolute_paths(args)

@@ -13,10 +13,9 @@ from typing import Any, Mapping
 
 from ..errors import BadOption
 from ..format.checksums import CHECKSUMS, CRC32C
-from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, MIN_SHARD_BYTES
-from ..format.sizes import parse_size
+from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES
 from ..format.ustar import MAX_USTAR_SIZE
-from ..dataset.build_rules import APPEND, LATEST, BuildBase, Spelling
+from ..dataset.build_rules import APPEND, LATEST, BuildBase, Spelling, parse_max_shard_bytes
 from ..dataset.lock import DEFAULT_LEASE_SECONDS
 
 # The commit lock's lease: how long a dead committer blocks the next one.
@@ -34,24 +33,6 @@ _KNOWN = {
 }
 LATEST_PARENT = LATEST  # option parent=LATEST: the dataset's LATEST when the write starts
 OPTION_NAMES = Spelling(change="option change", parent="option parent")  # the build rules, as options
-
-
-def parse_max_shard_bytes(value: str | int, name: str = "maxShardBytes") -> int:
-    """The shard cap from what a person wrote ("3GiB", 1048576): the one parser and rule of it.
-
-    The writer's option, the jobs' argument and a dataset config's field all
-    go through here; `name` is the one the error names. Raises BadOption.
-    """
-    try:
-        size = parse_size(value, name)
-    except ValueError as error:
-        raise BadOption(str(error)) from None
-    if size < MIN_SHARD_BYTES:
-        raise BadOption(
-            f"option {name}={value} is smaller than one tar header plus the "
-            f"end-of-archive blocks ({MIN_SHARD_BYTES} bytes)"
-        )
-    return size
 
 
 def parse_bool(name: str, value: object) -> bool:
@@ -130,7 +111,7 @@ class WriteOptions:
             "maxShardBytes, maxSamplesPerShard, mtime, allowPax, checksum, commitLeaseSeconds, parent, change",
             "call .save(uri) with the version directory to write",
         )  # fmt: skip
-        max_bytes = parse_max_shard_bytes(lowered.get("maxshardbytes", cls.max_shard_bytes))
+        max_bytes = parse_max_shard_bytes(lowered.get("maxshardbytes", cls.max_shard_bytes), "option maxShardBytes")
         max_samples = lowered.get("maxsamplespershard")
         base = BuildBase.checked(lowered.get("change"), lowered.get("parent"), OPTION_NAMES)
         return cls(

@@ -88,9 +88,9 @@ def test_every_task_of_every_dag_has_an_execution_timeout(tmp_path, monkeypatch)
 @pytest.mark.parametrize(
     "timeouts, problem",
     [
-        ({"write_shards": "2 hours"}, "field 'timeouts.write_shards': '2 hours' is not a duration above zero"),
-        ({"validate": 0}, "field 'timeouts.validate': 0 is not a duration above zero"),
-        ({"publish": "-5m"}, "field 'timeouts.publish': '-5m' is not a duration above zero"),
+        ({"write_shards": "2 hours"}, "field 'timeouts.write_shards': '2 hours' is not a duration: seconds as a number, or amounts with units"),
+        ({"validate": 0}, "field 'timeouts.validate': 0 must be above zero"),
+        ({"publish": "-5m"}, "field 'timeouts.publish': '-5m' is not a duration"),
         ({"valdate": "1h"}, "field 'timeouts': 'valdate' is not a task of the DAG; did you mean 'validate'?"),
         ("2h", "field 'timeouts': Input should be a valid dictionary"),
     ],

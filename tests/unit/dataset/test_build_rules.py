@@ -85,3 +85,13 @@ def test_a_spelt_duration_reads_back() -> None:
     for seconds in (45, 600, 5400, 21600, 90061):
         assert parse_duration(spell_duration(seconds)) == seconds
     assert (spell_duration(5400), spell_duration(0)) == ("1h30m", "0s")
+
+
+def test_the_shard_cap_is_parsed_once_named_by_the_caller() -> None:
+    from spark_webdataset.dataset.build_rules import parse_max_shard_bytes
+
+    assert parse_max_shard_bytes("3GiB") == 3 << 30 and parse_max_shard_bytes(1 << 20, "--max-shard-bytes") == 1 << 20
+    with pytest.raises(BadOption, match=r"^--max-shard-bytes='lots' is not a byte size"):
+        parse_max_shard_bytes("lots", "--max-shard-bytes")
+    with pytest.raises(BadOption, match=r"^option maxShardBytes=512 is smaller than one tar header plus the end-of-archive"):
+        parse_max_shard_bytes(512, "option maxShardBytes")
