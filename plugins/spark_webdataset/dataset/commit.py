@@ -55,7 +55,7 @@ from ..errors import (
 from ..format.checksums import SHA256
 from ..format.manifest import Manifest, ShardEntry
 from ..format.shard_writer import ShardInfo
-from ..testing import faults
+from .. import fault_points
 from .changes import APPEND, DELETE, ChangePlan, plan_change, rewrite_shards, unique_keys
 from .index_merge import merge_index, task_index_rows, task_keys, version_index_rows
 from .journal import Journal, apply, digest, has_landed, journal_job, roll_forward
@@ -176,7 +176,7 @@ def commit_job(request: CommitRequest) -> Manifest | None:
             roll_forward(version, lock)
             version.check_writable()
             manifest_bytes, _ = version.read_manifest_bytes()
-            faults.point("commit:manifest-read")
+            fault_points.point("commit:manifest-read")
             _check_base(version, request, manifest_bytes)
             existing = None if request.overwrite or manifest_bytes is None else Manifest.from_json(manifest_bytes)
             base, base_index = _base(version, request, existing)
@@ -214,7 +214,7 @@ def commit_job(request: CommitRequest) -> Manifest | None:
             )
             _check_uploads(version, messages, planned)
             lock.check()
-            faults.point("commit:planned")
+            fault_points.point("commit:planned")
             try:
                 storage.create_only(version.journal_uri, planned.to_json())
             except PreconditionFailed:
@@ -223,7 +223,7 @@ def commit_job(request: CommitRequest) -> Manifest | None:
                 ) from None
             journal = planned
             _, token = storage.read_versioned(version.journal_uri)
-            faults.point("commit:journal-written")
+            fault_points.point("commit:journal-written")
             try:
                 lock.check()
                 version.check_writable()  # a publisher may have sealed it since (its seal, then our journal)

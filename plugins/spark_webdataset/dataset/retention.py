@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from ..errors import BadOption, RetentionRefused
 from ..storage import Storage
-from ..testing import faults
+from .. import fault_points
 from .layout import (
     MANIFEST_NAME,
     PUBLISHED_DIR,
@@ -298,7 +298,7 @@ def collect(
     planned, removals = _plan(root, policy, _epoch(now))
     if dry_run:
         return planned
-    faults.point("gc:planned", root=root)  # tests: a pin or LATEST set between the plan and the re-read
+    fault_points.point("gc:planned", root=root)  # tests: a pin or LATEST set between the plan and the re-read
     dataset = Dataset(root)
     report = GcReport(dataset.root, dry_run=False, kept=planned.kept)
     _unmark_kept(dataset, planned.kept)
@@ -325,7 +325,7 @@ def _retire(dataset: Dataset, removal: _Removal, report: GcReport) -> bool:
     mark = (json.dumps({"__kind__": RETIRED_KIND, "version": removal.version}) + "\n").encode()
     if removal.stored and not storage.exists(version.retired_uri):
         storage.write_atomic(version.retired_uri, mark)
-    faults.point("gc:marked", version=removal.version)
+    fault_points.point("gc:marked", version=removal.version)
     if dataset.read_latest() == removal.version or storage.exists(dataset.pin_uri(removal.version)):
         storage.delete(version.retired_uri)  # LATEST set back to it, or pinned, since the plan
         report.kept.setdefault(removal.version, []).append("latest or pinned while gc ran")
@@ -334,7 +334,7 @@ def _retire(dataset: Dataset, removal: _Removal, report: GcReport) -> bool:
         storage.delete(dataset.record_uri(removal.version))
         report.files_deleted.append(dataset.record_uri(removal.version))
         report.bytes_freed += removal.record_bytes
-        faults.point("gc:record-deleted", version=removal.version)
+        fault_points.point("gc:record-deleted", version=removal.version)
         return True
     if dataset.read_record(removal.version) is not None:  # a publish won the race: it stays published
         storage.delete(version.retired_uri)
@@ -366,9 +366,9 @@ def _delete_files(dataset: Dataset, removal: _Removal, report: GcReport) -> None
         report.files_deleted.append(uri)
         report.bytes_freed += files[path]
         if path.endswith(".tar") and "/" not in path:
-            faults.point("gc:shard-deleted", version=removal.version)
+            fault_points.point("gc:shard-deleted", version=removal.version)
         elif path == MANIFEST_NAME:
-            faults.point("gc:manifest-deleted", version=removal.version)
+            fault_points.point("gc:manifest-deleted", version=removal.version)
     for directory in removal.directories:
         storage.remove_empty_dir(storage.join(version.uri, directory))
     if removal.whole and removal.stored:

@@ -45,7 +45,7 @@ from .layout import MANIFEST_NAME, METADATA_FILES, Version
 from .lock import CommitLock
 from ..storage import Storage, storage_for
 from ..storage.base import StoredObject
-from ..testing import faults
+from .. import fault_points
 
 VALIDATION_KIND = "spark-webdataset-validation-v1"
 MAX_REPORTED_ERRORS = 100
@@ -331,7 +331,7 @@ def validate_version(
         results, duplicates, index_errors = check(uri, tasks, required, index)
     else:
         results, duplicates, index_errors = _check_with_pool(uri, tasks, required, workers, progress, index)
-    faults.point("validate:shards-checked")
+    fault_points.point("validate:shards-checked")
     for result in results:
         shard_errors = result.pop("error_list")
         for error in shard_errors:
