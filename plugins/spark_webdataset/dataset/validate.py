@@ -243,8 +243,7 @@ def _scanned_rows(blocks: Iterable[tuple[pa.RecordBatch, np.ndarray]], names: li
 
 
 def _tasks(
-    uri: str, manifest: Manifest, present: dict[str, int], required: Sequence[str], report: ValidationReport,
-    full: bool = False,
+    uri: str, manifest: Manifest, present: dict[str, int], report: ValidationReport, full: bool = False
 ):
     """(name, size, what the manifest says) of every shard to open: the version's own and any
     other tar in its directory; with `full`, the referenced ones too (by location)."""
@@ -325,7 +324,7 @@ def validate_version(
         if not name.endswith(".tar"):
             report.add_error("unexpected file in the version directory", name)
     required = required_fields(manifest, require)
-    tasks = list(_tasks(uri, manifest, present, required, report, full))
+    tasks = list(_tasks(uri, manifest, present, report, full))
     index = _index_rows(version, manifest, full)
     if check is not None:
         results, duplicates, index_errors = check(uri, tasks, required, index)

@@ -36,7 +36,6 @@ from .names import INVALID_KEY_PATTERN, USTAR_NAME_BYTES, split_names
 from .tar_rules import BLOCK, end_of_archive, header_chain, header_faults
 
 CHUNK_BYTES = 2 << 20  # a multiple of BLOCK; small enough to stay in cache while hashed
-_CHUNK_BLOCKS = CHUNK_BYTES // BLOCK
 _MAX_FIELDS = 62  # one bit each in an int64
 _HEADERS_PER_CHECK = 4096  # header rows checked together: few numpy calls even for large members
 
