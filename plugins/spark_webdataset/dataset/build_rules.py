@@ -105,7 +105,7 @@ def parse_max_shard_bytes(value: str | int, name: str = "maxShardBytes") -> int:
         raise BadOption(str(error)) from None
     if size < MIN_SHARD_BYTES:
         raise BadOption(
-            f"{name}={value!r} is smaller than one tar header plus the end-of-archive blocks ({MIN_SHARD_BYTES} bytes)"
+            f"{name}={value} is smaller than one tar header plus the end-of-archive blocks ({MIN_SHARD_BYTES} bytes)"
         )
     return size
 
