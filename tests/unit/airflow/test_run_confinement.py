@@ -100,3 +100,15 @@ def test_a_bad_timeout_names_the_file_field_and_rule(tmp_path, timeouts, problem
     with pytest.raises(Exception) as refused:
         load_config(path, environ={})
     assert str(refused.value).startswith(f"{path}: {problem}"), str(refused.value)
+
+
+def test_timeouts_and_min_age_read_one_duration_grammar(tmp_path) -> None:
+    """Both forms the docs ever showed, in both fields: `1h30m` (timeouts' old grammar), `1.5d` and `2w` (gc's)."""
+    path = write_config(tmp_path, "durations", source="/raw", root="/out/d", key="id",
+                        timeouts={"write_shards": "1.5d", "validate": "1h30m", "gc": "2w"},
+                        retention={"keep_last": 1, "min_age": "1h30m"})  # fmt: skip
+    config = load_config(path, environ={})
+    assert {task: limit.total_seconds() for task, limit in config.timeouts.items() if task in ("write_shards", "validate", "gc")} == {
+        "write_shards": 129600, "validate": 5400, "gc": 1209600,
+    }  # fmt: skip
+    assert config.retention.min_age == 5400
