@@ -90,7 +90,7 @@ def master_json() -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
-    from spark_webdataset.testing.gcs_emulator import free_port
+    from tests.support.gcs_emulator import free_port
 
     state = os.path.join(workdir, "cluster")
     os.environ.update(SPARK_CLUSTER_DIR=state, SPARK_MASTER_PORT=str(free_port()), SPARK_MASTER_WEBUI_PORT=str(free_port()),

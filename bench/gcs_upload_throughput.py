@@ -4,7 +4,7 @@
     .venv/bin/python bench/gcs_upload_throughput.py --skip-upload --memory-runs 'noop (batches seen),gcs,local'
     .venv/bin/python bench/gcs_upload_throughput.py --quick
 
-fake-gcs-server (spark_webdataset.testing.gcs_emulator) is started before any SparkSession, so
+fake-gcs-server (tests/support/gcs_emulator.py) is started before any SparkSession, so
 Spark's Python workers inherit STORAGE_EMULATOR_HOST. Upload, per shard size, side by side:
 
   open_write            storage_for("gs://...").open_write(path), the file written in 1 MiB pieces

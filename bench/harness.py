@@ -40,6 +40,7 @@ _early = argparse.ArgumentParser(add_help=False)
 _early.add_argument("--plugins", default=str(REPO / "plugins"))  # measure another copy of the package
 PLUGINS = os.path.abspath(_early.parse_known_args()[0].plugins)
 sys.path.insert(0, PLUGINS)
+sys.path.insert(1, str(REPO))  # the test support's GCS emulator launcher (tests/support/gcs_emulator.py): not in the wheel
 # Spark's Python workers (below the JVM we start) inherit this environment: they import the
 # package from PLUGINS and this module by name (random_rows, the no-op writer).
 os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -482,7 +483,7 @@ def arrow_confs(spark: Any) -> dict[str, str | None]:
 def emulator(bucket: str, memory_limit: str | None = None) -> Iterator[Any]:
     """fake-gcs-server with `bucket`, every client pointed at it (enter it before any SparkSession:
     the JVM's Python workers inherit STORAGE_EMULATOR_HOST); `memory_limit` is its GOMEMLIMIT."""
-    from spark_webdataset.testing.gcs_emulator import Emulator
+    from tests.support.gcs_emulator import Emulator
 
     saved = {k: os.environ.get(k) for k in ("GOMEMLIMIT", "STORAGE_EMULATOR_HOST")}
     os.environ.pop("GOMEMLIMIT", None)

@@ -34,7 +34,7 @@ os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = '{"conn_type": "spark", "host": "local[2]"}'
 os.environ["SPARK_WEBDATASET_DATASETS"] = str(REPO / "datasets")  # the repo's configs, whatever the shell says
-# Test faults (spark_webdataset.testing.faults.installed) go through this file: named before the
+# Test faults (spark_webdataset.fault_points.installed) go through this file: named before the
 # SparkSession starts, so the JVM, its Python workers and every spark-submit child read it.
 os.environ["SPARK_WEBDATASET_FAULTS_FILE"] = os.path.join(tempfile.mkdtemp(prefix="faults-"), "faults.json")
 
@@ -108,7 +108,7 @@ def digits_source(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def gcs_emulator():
     """A real GCS API (fake-gcs-server) on 127.0.0.1 for the whole session; clients find it by env."""
-    from spark_webdataset.testing.gcs_emulator import Emulator
+    from tests.support.gcs_emulator import Emulator
 
     emulator = Emulator()
     previous = os.environ.get("STORAGE_EMULATOR_HOST")

@@ -191,10 +191,6 @@ class PublishRefused(VersionError):
     """Publishing was refused (not validated, invalid, or published with another manifest)."""
 
 
-class NotValid(VersionError):
-    """Validation found defects in the version."""
-
-
 class RetentionRefused(VersionError):
     """gc or pin refused: a version that is not there to pin, or a root that is not a dataset."""
 

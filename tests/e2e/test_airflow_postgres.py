@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from tests.support import compose_stack
-from spark_webdataset.testing.gcs_emulator import free_ports
+from tests.support.gcs_emulator import free_ports
 from tests.support.helpers import stop_groups, unmeasured
 
 REPO = compose_stack.REPO

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_webdataset.testing.gcs_emulator import free_port
+from tests.support.gcs_emulator import free_port
 from tests.support.helpers import stop_groups, unmeasured
 
 from tests.support import REPO

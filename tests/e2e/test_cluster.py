@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from spark_webdataset.testing.gcs_emulator import PortTaken, start_on_free_ports
+from tests.support.gcs_emulator import PortTaken, start_on_free_ports
 from tests.support import REPO
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from tests.support.dataset_dags import dagbag_of, dataset_dag, write_config
 from spark_webdataset.dataset.catalog import describe
 from spark_webdataset.dataset.publish import PublishRefused, publish, read_latest
 from spark_webdataset.dataset.validate import validate_version
-from spark_webdataset.testing import faults
+from spark_webdataset import fault_points as faults
 from tests.support import REPO
 
 pytestmark = pytest.mark.slow

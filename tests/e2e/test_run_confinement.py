@@ -109,3 +109,23 @@ def test_a_version_override_outside_the_id_rule_fails_at_plan_and_writes_nothing
     after = {path: state for path, state in snapshot_files(tmp_path).items() if not path.startswith("datasets")}
     assert after == {path: state for path, state in before.items() if not path.startswith("datasets")}
     assert not alpha.exists() and asset_events(dag.dag_id) == []
+
+
+@pytest.mark.parametrize(
+    ("conf", "message"),
+    [
+        ({"change": "bogus"}, "param change='bogus' is not one of append, upsert, delete"),
+        ({"order": "random"}, "param order='random' is not one of hash, key, source"),
+        ({"change": "upsert", "parent": None}, "param change='upsert' needs param parent (LATEST or a version id)"),
+    ],
+)
+def test_a_bad_build_param_is_refused_by_plan_in_our_words(airflow_db, two_datasets, capfd, conf, message) -> None:
+    """The Params form takes any text for change and order (its schema would refuse with a traceback at
+    trigger, in Airflow's words); `plan` refuses it with the build rules' message, and nothing is written."""
+    name, alpha, _ = two_datasets
+    dag = dataset_dag(name)
+    assert "enum" not in dag.params.get_param("change").schema and "enum" not in dag.params.get_param("order").schema
+    failed_at_plan(dag.test(run_conf=conf, logical_date=DAY))
+    captured = capfd.readouterr()
+    assert message in captured.out + captured.err
+    assert not alpha.exists() and asset_events(dag.dag_id) == []

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_webdataset.testing.gcs_emulator import free_port
+from tests.support.gcs_emulator import free_port
 from tests.support import SUPPORT
 from tests.support.helpers import assert_version_consistent, manifest
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_webdataset.testing.gcs_emulator import free_port
+from tests.support.gcs_emulator import free_port
 from tests.support import REPO
 from tests.support.helpers import stop_groups, unmeasured
 from tests.support.webdataset_ui_data import digits_table, published_digits, write_digits_config

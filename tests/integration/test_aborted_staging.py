@@ -21,7 +21,7 @@ from spark_webdataset.dataset.staging import clean_dead_staging, live_jobs
 from spark_webdataset.errors import NotCommitted
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.spark.writer import WebDatasetWriter
-from spark_webdataset.testing import faults
+from spark_webdataset import fault_points as faults
 from tests.support.fenced_committer import SCHEMA, commit_samples, keys
 
 HOLD_SECONDS = 60  # a bound, not a wait: the test releases the task as soon as abort() returned

@@ -26,7 +26,7 @@ from spark_webdataset.dataset.layout import STAGED_INDEX_NAME
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.dataset.validate import validate_version
-from spark_webdataset.testing import faults
+from spark_webdataset import fault_points as faults
 
 SAMPLES = 60
 

@@ -27,7 +27,7 @@ from spark_webdataset.errors import LostCommitLock, NotCommitted, VersionSealed
 from spark_webdataset.format.manifest import Manifest, ShardEntry
 from spark_webdataset.dataset.layout import Dataset, Version
 from spark_webdataset.dataset.publish import publish
-from spark_webdataset.testing import faults
+from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.validate import validate_version
 
 from tests.support import SUPPORT

@@ -11,7 +11,7 @@ from spark_webdataset.errors import (
 )
 from spark_webdataset.storage import storage_for
 from spark_webdataset.storage.base import PreconditionFailed
-from spark_webdataset.testing.fault_proxy import FaultPlan, FaultRule, gcs_through
+from tests.support.fault_proxy import FaultPlan, FaultRule, gcs_through
 
 # A create (ifGenerationMatch=0) of a publish record, an update (ifGenerationMatch=<generation>) of
 # LATEST: the request reaches the emulator and takes effect, then its response is lost.

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from spark_webdataset.errors import DuplicateKey, from_spark
-from spark_webdataset.testing import faults
+from spark_webdataset import fault_points as faults
 
 from tests.support.helpers import assert_version_consistent, failed_task_attempts, manifest, run_until_every_task_ended, shard_paths
 

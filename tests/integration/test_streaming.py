@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.helpers import assert_version_consistent, manifest
 from spark_webdataset.errors import BadOption, DuplicateKey, InvalidKey, from_spark
-from spark_webdataset.testing import faults
+from spark_webdataset import fault_points as faults
 from tests.support import SUPPORT
 from tests.support.streaming_driver import SCHEMA, stream
 

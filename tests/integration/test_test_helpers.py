@@ -10,8 +10,8 @@ import urllib.request
 
 import pytest
 
-from spark_webdataset.testing import gcs_emulator
-from spark_webdataset.testing.fault_proxy import FaultPlan, FaultProxy
+from tests.support import gcs_emulator
+from tests.support.fault_proxy import FaultPlan, FaultProxy
 
 
 def test_emulator_starts_when_its_first_port_is_taken_before_it_binds(monkeypatch) -> None:

@@ -148,7 +148,7 @@ def test_a_shard_changed_after_validation_read_it_is_not_vouched_for_by_its_repo
     """The report records the identity the shard had before it was read: a write during or after
     the check leaves another identity, so a child reads that shard again and finds the change."""
     from spark_webdataset.dataset.publish import publish
-    from spark_webdataset.testing import faults
+    from spark_webdataset import fault_points as faults
 
     root = str(tmp_path / "data")
     commit_version(root, "v1", 0, 40)

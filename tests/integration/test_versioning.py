@@ -2,7 +2,7 @@
 
 Real Spark writes, real publish/validate, local disk and the GCS emulator.
 Faults are injected only where the real part cannot fail on demand: the
-commit's fault points (spark_webdataset.testing.faults: the committer exits
+commit's fault points (spark_webdataset.fault_points: the committer exits
 after its renames, sleeps there, or sleeps under its lock) and, for dead
 staging, file times set back.
 """
@@ -35,7 +35,7 @@ from spark_webdataset.dataset.layout import Dataset, Version
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.spark.reader import resolve
 from spark_webdataset.dataset.validate import validate_version
-from spark_webdataset.testing import faults
+from spark_webdataset import fault_points as faults
 
 
 pytestmark = pytest.mark.slow

@@ -27,10 +27,9 @@ from hypothesis import strategies as st
 
 from spark_webdataset.airflow.configs import DatasetConfig, load_config
 from spark_webdataset.airflow.pipeline import plan_run, render_source
-from spark_webdataset.dataset.changes import CHANGES
+from spark_webdataset.dataset.build_rules import CHANGES, ORDERS
 from spark_webdataset.errors import DatasetConfigError, WebDatasetError
 from spark_webdataset.format.names import control_error, field_error
-from spark_webdataset.jobs.build import ORDERS
 
 FUZZ = fuzz_settings(200)
 SECONDS_PER_INPUT = 5.0

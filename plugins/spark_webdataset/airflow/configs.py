@@ -3,7 +3,7 @@
 Each file in the datasets folder (`SPARK_WEBDATASET_DATASETS`, default
 `datasets/` beside Airflow's DAGs folder) describes one dataset: where its
 rows come from, where its versions go, how samples are keyed and cut into
-shards, when it is built. The DAG factory (`airflow_dags`) turns each into one DAG.
+shards, when it is built. The DAG factory (`airflow/dags.py`) turns each into one DAG.
 
 Loading a folder never stops at a bad file: each one becomes a
 `DatasetConfigError` naming the file, the field and the rule, so that
@@ -27,7 +27,7 @@ import re
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Mapping
 
 import yaml
 from pydantic import (
@@ -45,15 +45,16 @@ from pydantic import (
     model_validator,
 )
 
-from ..jobs.build import ORDERS
 from ..errors import DatasetConfigError, InputError, NestedDatasetRoot
 from ..format.names import control_error, field_error, field_name_error
-from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
+from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES
 from ..format.sizes import spell_size
-from ..dataset.changes import APPEND, CHANGES
-from ..dataset.layout import check_dataset_root, check_version_id, normalize_uri
+from ..dataset.build_rules import (
+    APPEND, ORDERS, Spelling, check_change, check_change_parent, check_order, check_parent, parse_duration,
+    parse_max_shard_bytes, spell_duration,
+)  # fmt: skip
+from ..dataset.layout import check_dataset_root, normalize_uri
 from ..dataset.retention import DEFAULT_MIN_AGE_SECONDS, RetentionPolicy
-from ..dataset.retention import parse_duration as parse_age
 
 DAGS_FOLDER_ENV = "AIRFLOW__CORE__DAGS_FOLDER"
 DATASETS_ENV = "SPARK_WEBDATASET_DATASETS"
@@ -73,15 +74,14 @@ TASK_TIMEOUTS = {
     "publish": datetime.timedelta(minutes=30),
     "gc": datetime.timedelta(hours=1),  # only in DAGs whose config has `retention:`
 }
-_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
-DURATION_RULE = "a duration above zero: seconds as a number, or e.g. 90s, 10m, 2h, 1h30m, 1d"
 # A config is a page of YAML: bounds that no real one reaches keep a hostile one (a huge file, YAML
 # aliases that expand to millions of copies, nesting deeper than Python's stack) from hanging the DAG
 # processor, which loads every config each time it parses the DAGs.
 MAX_CONFIG_BYTES = 1 << 20
 MAX_CONFIG_VALUES = 100_000
 MAX_CONFIG_DEPTH = 32
-MAX_DURATION_SECONDS = 3650 * 86400  # a task timeout of ten years means none; more overflows timedelta
+# The build rules as a config spells them (the field is named by the error's location).
+CONFIG_NAMES = Spelling(fix="; write parent: LATEST, or change: append")
 
 
 def deployment_folder(environ: Mapping[str, str] = os.environ) -> Path:
@@ -201,33 +201,12 @@ OptionalText = Annotated[str | None, BeforeValidator(_empty_is_none)]
 """Optional text where a blank value (`source: ""`, `schedule:   `) means unset."""
 
 
-def parse_duration(value: Any) -> datetime.timedelta:
-    """`2h`, `1h30m`, `90s`, `1d`, or a number of seconds; ValueError naming the rule otherwise."""
-    if isinstance(value, datetime.timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    elif isinstance(value, str) and (match := _DURATION.fullmatch(value.strip().lower())) and any(match.groups()):
-        days, hours, minutes, secs = (int(part or 0) for part in match.groups())
-        seconds = float(((days * 24 + hours) * 60 + minutes) * 60 + secs)
-    else:
-        raise ValueError(f"{value!r} is not {DURATION_RULE}")
-    if not 0 < seconds <= MAX_DURATION_SECONDS:  # NaN too; past the bound timedelta overflows
-        raise ValueError(f"{value!r} is not {DURATION_RULE}, of at most {MAX_DURATION_SECONDS // 86400} days")
-    return datetime.timedelta(seconds=seconds)
+def _timeout(value: Any) -> datetime.timedelta:
+    """A task's execution_timeout: a duration above zero (the one grammar: 2h, 1h30m, 1.5d, 90)."""
+    return datetime.timedelta(seconds=parse_duration(value, above_zero=True))
 
 
-Duration = Annotated[datetime.timedelta, BeforeValidator(parse_duration)]
-
-
-def _spelt(duration: datetime.timedelta) -> str:
-    """A duration as the config writes it: 6h, 30m, 1h30m, 45s."""
-    seconds, parts = int(duration.total_seconds()), []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size:
-            parts.append(f"{seconds // size}{unit}")
-            seconds %= size
-    return "".join(parts) or "0s"
+Duration = Annotated[datetime.timedelta, BeforeValidator(_timeout)]
 
 
 class SparkSettings(BaseModel):
@@ -285,8 +264,8 @@ class BuildSettings(BaseModel):
         description="LATEST (the version published before the run's date: backfills build on their own "
         "past), a version id, or null: every run writes a whole version",
     )
-    change: Literal["append", "upsert", "delete"] = Field(
-        "append",
+    change: Annotated[str, BeforeValidator(lambda value: check_change(value, CONFIG_NAMES))] = Field(
+        APPEND,
         description="what the source does to the parent: append (new keys), upsert (replace or add keys) "
         "or delete (remove the source's keys); upsert and delete need a parent",
     )
@@ -294,33 +273,12 @@ class BuildSettings(BaseModel):
     @field_validator("parent")
     @classmethod
     def _parent_rule(cls, value: str | None) -> str | None:
-        if value is None or value == "LATEST":
-            return value
-        return check_version_id(value)
+        return check_parent(value, CONFIG_NAMES)
 
     @model_validator(mode="after")
     def _change_needs_parent(self) -> "BuildSettings":
-        if self.change != APPEND and self.parent is None:
-            raise ValueError(change_needs_parent(self.change))  # reported as the field `build`
+        check_change_parent(self.change, self.parent, CONFIG_NAMES)  # reported as the field `build`
         return self
-
-
-def change_needs_parent(change: str) -> str:
-    """The rule a change other than append breaks without a parent (the config's and the Param's words)."""
-    return (
-        f"change {change!r} needs a parent (LATEST or a version id): the version it changes; "
-        "write parent: LATEST, or change: append"
-    )
-
-
-def _age_seconds(value: Any) -> float:
-    """`0s`, `30m`, `24h`, `7d` or a number of seconds (gc's `--min-age` rule); zero allowed."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"{value!r} is not an age: seconds as a number, or e.g. 0s, 30m, 24h, 7d")
-    seconds = float(value) if not isinstance(value, str) else parse_age(value)
-    if seconds < 0:
-        raise ValueError(f"{value!r} must not be negative")
-    return seconds
 
 
 class RetentionSettings(BaseModel):
@@ -334,7 +292,7 @@ class RetentionSettings(BaseModel):
 
     keep_last: PositiveInt = Field(description="keep the newest N published versions (LATEST always)")
     keep_days: NonNegativeFloat | None = Field(None, description="also keep versions published within D days")
-    min_age: Annotated[float, BeforeValidator(_age_seconds)] = Field(
+    min_age: Annotated[float, BeforeValidator(parse_duration)] = Field(
         DEFAULT_MIN_AGE_SECONDS,
         description="never touch a version younger than this (e.g. 24h): an unpublished one may be "
         "waiting for another run's validate and publish",
@@ -377,7 +335,7 @@ class DatasetConfig(BaseModel):
     timeouts: dict[str, Duration] = Field(
         default_factory=lambda: dict(TASK_TIMEOUTS),
         description="task -> its execution_timeout (e.g. write_shards: 2h); unset tasks: "
-        + ", ".join(f"{task} {_spelt(limit)}" for task, limit in TASK_TIMEOUTS.items()),
+        + ", ".join(f"{task} {spell_duration(limit.total_seconds())}" for task, limit in TASK_TIMEOUTS.items()),
     )
     owner: str = Field("airflow", min_length=1)
     tags: list[str] = Field(default_factory=list)
@@ -435,9 +393,7 @@ class DatasetConfig(BaseModel):
     @field_validator("order")
     @classmethod
     def _order_rule(cls, value: str) -> str:
-        if value not in ORDERS:
-            raise ValueError(f"{value!r} is not an order; use one of {', '.join(ORDERS)}")
-        return value
+        return check_order(value, CONFIG_NAMES)
 
     @field_validator("timeouts")
     @classmethod

@@ -1,6 +1,6 @@
 """One Airflow DAG per dataset config: the wiring of `pipeline`'s steps, nothing else.
 
-`build_dags()` loads the datasets folder (`dataset_config`) and builds
+`build_dags()` loads the datasets folder (`configs`) and builds
 `webdataset__<name>` for every usable config: `plan` >> `write_shards`
 (spark-submit of the packaged `spark_webdataset/jobs/entry/build_webdataset.py`)
 >> `validate` >> `publish`
@@ -33,8 +33,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Asset, Param, task
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from ..dataset.changes import CHANGES
-from ..jobs.build import ORDERS
+from ..dataset.build_rules import CHANGES, ORDERS
 from ..errors import DatasetConfigError, InvalidDatasetConfigs
 from .configs import BuildSettings, DatasetConfig, RetentionSettings, load_folder
 from ..errors import EXIT_BAD_INPUT
@@ -107,9 +106,11 @@ def run_params(config: DatasetConfig) -> dict[str, Param]:
         "fields": Param(config.field_args, type="array", items={"type": "string"}, description="EXT=COLUMN_OR_SQL, one per member; empty: every other column"),
         "max_shard_bytes": Param(config.max_shard_bytes, type="string", description="hard cap per shard, e.g. 3GiB"),
         "max_samples_per_shard": Param(config.max_samples_per_shard, type=["null", "integer"], minimum=1),
-        "order": Param(config.order, enum=list(ORDERS)),
+        # change and order: any text, offered as examples; `plan` checks them by the build rules, in our words
+        # (an enum would make Airflow refuse a bad value at trigger, with its schema's traceback)
+        "order": Param(config.order, type="string", examples=list(ORDERS), description=about["order"]),
         "parent": Param(config.build.parent, type=["null", "string"], description=BuildSettings.model_fields["parent"].description),
-        "change": Param(config.build.change, enum=list(CHANGES), description=BuildSettings.model_fields["change"].description),
+        "change": Param(config.build.change, type="string", examples=list(CHANGES), description=BuildSettings.model_fields["change"].description),
         "version": Param(None, type=["null", "string"], description=f"override the version id (default: from the run's date): {VERSION_ID_RULE}"),
         **(retention_params(config.retention) if config.retention else {}),
     }  # fmt: skip

@@ -1,7 +1,7 @@
 """The pipeline's logic, importable and testable without Airflow running.
 
-The DAG factory (`airflow_dags`) only wires these functions to tasks. A
-run's Params start from its dataset's config (`dataset_config`) and may
+The DAG factory (`airflow/dags.py`) only wires these functions to tasks. A
+run's Params start from its dataset's config (`configs`) and may
 override any of it but the root: the config folder alone says where a
 dataset lives, so whoever may trigger one dataset's DAG can change no
 other dataset and write nowhere else.
@@ -16,13 +16,13 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import InputError, NestedDatasetRoot, PipelineError, VersionError, WebDatasetError
 from ..format.sizes import format_size
-from ..dataset.changes import APPEND, CHANGES, DELETE
+from ..dataset.build_rules import DELETE, LATEST, BuildBase, Spelling, check_order, parse_max_shard_bytes
 from ..dataset.layout import Dataset, check_dataset_root, check_version_id, iso_utc, parse_logical_date, record_order
 from ..dataset.publish import publish
 from ..dataset.retention import GcReport, RetentionPolicy, collect, plan
 from ..dataset.validate import validate_version
 from ..jobs.validate_spark import spark_check
-from .configs import change_needs_parent, source_problem
+from .configs import source_problem
 
 VERSION_FORMAT = "%Y%m%dT%H%M%SZ"
 ROOT_PARAM = "output_root"  # no longer a Param; a run conf that still names it must name the config's root
@@ -30,6 +30,9 @@ RETENTION_PARAMS = ("keep_last", "keep_days")  # Params only of a DAG whose conf
 # What the Asset event's gc_would_free assumes when the config has no retention: `gc --keep-last 1`
 # with gc's default min-age (24h), i.e. what keeping only LATEST (and the last day's versions) would free.
 DEFAULT_COST_POLICY = RetentionPolicy(keep_last=1)
+# The build rules as a run's Params spell them: the Params form does not enforce them, `plan` does.
+PARAM_NAMES = Spelling(change="param change", parent="param parent", order="param order",
+                       fix="; set the param parent to LATEST, or change to append")  # fmt: skip
 
 
 def version_id(logical_date: datetime.datetime | None, run_after: datetime.datetime | None, override: str | None = None) -> str:
@@ -81,7 +84,7 @@ def parent_of(root: str, version: str, moment: datetime.datetime | None, wanted:
     """The parent a run builds on. LATEST means the newest version published for a date before the
     run's own (by the publish records' logical dates), so a backfilled date builds on its own past,
     never on a later day's version; None when there is none (the run is a full build)."""
-    if wanted is None or wanted != "LATEST":
+    if wanted is None or wanted != LATEST:
         return wanted
     dataset = Dataset(root)
     before = []
@@ -95,14 +98,16 @@ def parent_of(root: str, version: str, moment: datetime.datetime | None, wanted:
     return max(before)[1] if before else None
 
 
-def run_change(params: Mapping[str, Any]) -> str:
-    """The run's change (Param `change`, default append), checked against its parent Param."""
-    change = params.get("change") or APPEND
-    if change not in CHANGES:
-        raise PipelineError(f"param 'change': {change!r} is not one of {', '.join(CHANGES)}")
-    if change != APPEND and not params.get("parent"):
-        raise PipelineError(f"param 'change': {change_needs_parent(change)}")
-    return change
+def run_build(params: Mapping[str, Any]) -> BuildBase:
+    """The run's change (Param `change`, default append) and parent Param, checked by the build rules,
+    with its order and shard cap: a PipelineError in our words, before anything is written."""
+    try:
+        base = BuildBase.checked(params.get("change") or None, params.get("parent"), PARAM_NAMES)
+        check_order(params.get("order"), PARAM_NAMES)
+        parse_max_shard_bytes(params.get("max_shard_bytes"), "param max_shard_bytes")
+    except InputError as error:
+        raise PipelineError(str(error)) from None
+    return base
 
 
 def run_retention(params: Mapping[str, Any], retention: Mapping[str, Any] | None) -> dict | None:
@@ -146,14 +151,9 @@ def plan_run(
     """
     root = confined_root(root, params, conf)
     version = version_id(logical_date, run_after, params.get("version") or None)
-    change = run_change(params)
+    base = run_build(params)
+    change, wanted = base.change, base.parent
     policy = run_retention(params, retention)
-    wanted = params.get("parent") or None
-    if wanted not in (None, "LATEST"):
-        try:
-            check_version_id(wanted)
-        except InputError as error:
-            raise PipelineError(f"param 'parent': {error}") from None
     moment = logical_date or run_after
     table = params.get("source_table") or None
     if bool(params.get("source")) == bool(table):

@@ -25,6 +25,7 @@ from ..errors import ChecksumMismatch
 from ..format.checksums import Digests, crc32c_extend
 from ..format.manifest import Manifest, ShardEntry
 from ..format.ustar import END_OF_ARCHIVE
+from .build_rules import APPEND, CHANGES, DELETE, UPSERT  # noqa: F401 - the change kinds, defined with their rules
 from .layout import shard_name, staged_shard_name
 
 if TYPE_CHECKING:
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-APPEND, UPSERT, DELETE = "append", "upsert", "delete"
-CHANGES = (APPEND, UPSERT, DELETE)
 REWRITES_DIR = "rewrites"  # in the job's staging directory: the rewritten shards, by sequence
 READ_BYTES = 64 << 20  # at most this much of a run of kept samples in one ranged read
 _KEY = pa.large_string()

@@ -55,7 +55,7 @@ from ..errors import (
 from ..format.checksums import SHA256
 from ..format.manifest import Manifest, ShardEntry
 from ..format.shard_writer import ShardInfo
-from ..testing import faults
+from .. import fault_points
 from .changes import APPEND, DELETE, ChangePlan, plan_change, rewrite_shards, unique_keys
 from .index_merge import merge_index, task_index_rows, task_keys, version_index_rows
 from .journal import Journal, JournalState, apply, digest, has_landed, journal_job, journal_state, roll_forward
@@ -178,7 +178,7 @@ class Snapshot:
     @classmethod
     def read(cls, version: Version, request: CommitRequest) -> "Snapshot":
         manifest_bytes, _ = version.read_manifest_bytes()
-        faults.point("commit:manifest-read")
+        fault_points.point("commit:manifest-read")
         _check_base(version, request, manifest_bytes)
         existing = None if request.overwrite or manifest_bytes is None else Manifest.from_json(manifest_bytes)
         base, base_index = _base(version, request, existing)
@@ -208,10 +208,10 @@ def commit_job(request: CommitRequest) -> Manifest | None:
             planned = plan.journal(index)
             _check_uploads(version, plan.attempts, planned)
             lock.check()
-            faults.point("commit:planned")
+            fault_points.point("commit:planned")
             token = _claim_journal_slot(version, planned)
             journal = planned
-            faults.point("commit:journal-written")
+            fault_points.point("commit:journal-written")
             _confirm_decided(version, lock, token)
             apply(version, journal, token, lock)
     except BaseException as error:

@@ -20,7 +20,7 @@ from functools import cached_property
 
 from ..errors import ConcurrentCommit, NotCommitted, PreconditionFailed
 from ..format.manifest import Manifest, ShardEntry
-from ..testing import faults
+from .. import fault_points
 from .layout import Version, is_shard_name
 from .lock import CommitLock
 
@@ -166,10 +166,10 @@ def apply(version: Version, journal: Journal, token: object, lock: CommitLock) -
                 raise ConcurrentCommit(f"{version.uri}: the manifest changed during the commit")
         _sweep(version, journal, lock)
         rename_all(version, journal, lock)
-        faults.point("commit:renamed")
+        fault_points.point("commit:renamed")
         lock.check()
         _swap_manifest(version, journal)
-    faults.point("commit:manifest-written")
+    fault_points.point("commit:manifest-written")
     # What the manifest no longer lists (a shard a change rewrote, the previous sample index)
     # goes once no manifest in place lists it: readers of the old manifest kept it until the swap.
     _sweep(version, journal, lock)
@@ -182,7 +182,7 @@ def _swap_manifest(version: Version, journal: Journal) -> None:
     current, token = version.read_manifest_bytes()
     state = journal_state(journal, current)
     if state is JournalState.PENDING:
-        faults.point("commit:swapping")  # a test moves the manifest here: the swap below must lose
+        fault_points.point("commit:swapping")  # a test moves the manifest here: the swap below must lose
         if current is None:
             try:
                 storage.create_only(version.manifest_uri, journal.manifest)
@@ -218,7 +218,7 @@ def _sweep(version: Version, journal: Journal, lock: CommitLock) -> None:
         for name, identity in identities.items():
             if unlisted(name):
                 lock.check()
-                faults.point("commit:sweeping", file=name)  # a test replaces the object here: it must stay
+                fault_points.point("commit:sweeping", file=name)  # a test replaces the object here: it must stay
                 storage.delete_if_identity(storage.join(directory, name), identity)
 
 
@@ -240,7 +240,7 @@ def _rename_one(version: Version, journal: Journal, staged: str, final: str, loc
     for _attempt in range(2):
         try:
             storage.rename_new(source, target)  # the common case costs no existence check
-            faults.point("commit:renamed-one")
+            fault_points.point("commit:renamed-one")
             return
         except PreconditionFailed:
             pass  # the name is taken: see by what, below

@@ -19,7 +19,7 @@ from typing import Iterable
 
 from .lock import DEFAULT_LEASE_SECONDS, CommitLock
 from .staging import clean_dead_staging
-from ..testing import faults
+from .. import fault_points
 from ..errors import NotCommitted, PreconditionFailed, PublishRefused
 from ..format.manifest import Manifest, ShardEntry
 from .layout import (
@@ -116,7 +116,7 @@ def publish(
         # job's stays; its commit will find the seal and refuse).
         clean_dead_staging(target, own_job_id="")
         lock.check()
-        faults.point("publish:sealing")
+        fault_points.point("publish:sealing")
         _seal(target, lock, manifest_bytes, token)
     # Sealed: nothing can change the version now. The index has the same bytes whoever writes it,
     # and the record is create-only: a publisher frozen from here on can only lose the race.
@@ -143,7 +143,7 @@ def publish(
         # retry that landed; someone else's record means we lost the race
         "publish_id": uuid.uuid4().hex,
     }
-    faults.point("publish:recording")
+    fault_points.point("publish:recording")
     try:
         storage.create_only(dataset.record_uri(version), (json.dumps(record, indent=1) + "\n").encode())
     except PreconditionFailed:
@@ -267,7 +267,7 @@ def advance_latest(root: str, version: str) -> str:
                 return current_version
         elif current_version == version:
             return version
-        faults.point("latest:deciding")  # a test runs another publisher here: the swap below must lose
+        fault_points.point("latest:deciding")  # a test runs another publisher here: the swap below must lose
         if storage.replace_if(dataset.latest_uri, (version + "\n").encode(), token):
             return version
 

@@ -39,13 +39,12 @@ from __future__ import annotations
 
 import datetime
 import json
-import re
 import time
 from dataclasses import dataclass, field
 
 from ..errors import BadOption, RetentionRefused
 from ..storage import Storage
-from ..testing import faults
+from .. import fault_points
 from .layout import (
     MANIFEST_NAME,
     PUBLISHED_DIR,
@@ -60,6 +59,7 @@ from .layout import (
     parse_logical_date,
     record_order,
 )
+from .build_rules import parse_duration  # noqa: F401 - gc's --min-age (cli.py); the one grammar
 from .staging import live_jobs
 
 DEFAULT_MIN_AGE_SECONDS = 24 * 3600.0
@@ -68,16 +68,6 @@ PIN_KIND = "spark-webdataset-pin-v1"
 # What a retired directory keeps while a kept version references some of its shards, and the order in
 # which a directory's last files go (the mark of a decided removal last).
 PROOF_FILES = (MANIFEST_NAME, VALIDATION_NAME, SEAL_NAME, WRITER_MARK_NAME, RETIRED_NAME)
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
-_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in `24h`, `30m`, `7d`, `90s`, `1w` or a plain number of seconds."""
-    match = _DURATION.fullmatch(text.strip().lower())
-    if match is None:
-        raise BadOption(f"duration {text!r} is not a number with an optional unit s, m, h, d or w (e.g. 24h)")
-    return float(match.group(1)) * _UNITS[match.group(2)]
 
 
 @dataclass(frozen=True)
@@ -308,7 +298,7 @@ def collect(
     planned, removals = _plan(root, policy, _epoch(now))
     if dry_run:
         return planned
-    faults.point("gc:planned", root=root)  # tests: a pin or LATEST set between the plan and the re-read
+    fault_points.point("gc:planned", root=root)  # tests: a pin or LATEST set between the plan and the re-read
     dataset = Dataset(root)
     report = GcReport(dataset.root, dry_run=False, kept=planned.kept)
     _unmark_kept(dataset, planned.kept)
@@ -335,7 +325,7 @@ def _retire(dataset: Dataset, removal: _Removal, report: GcReport) -> bool:
     mark = (json.dumps({"__kind__": RETIRED_KIND, "version": removal.version}) + "\n").encode()
     if removal.stored and not storage.exists(version.retired_uri):
         storage.write_atomic(version.retired_uri, mark)
-    faults.point("gc:marked", version=removal.version)
+    fault_points.point("gc:marked", version=removal.version)
     if dataset.read_latest() == removal.version or storage.exists(dataset.pin_uri(removal.version)):
         storage.delete(version.retired_uri)  # LATEST set back to it, or pinned, since the plan
         report.kept.setdefault(removal.version, []).append("latest or pinned while gc ran")
@@ -344,7 +334,7 @@ def _retire(dataset: Dataset, removal: _Removal, report: GcReport) -> bool:
         storage.delete(dataset.record_uri(removal.version))
         report.files_deleted.append(dataset.record_uri(removal.version))
         report.bytes_freed += removal.record_bytes
-        faults.point("gc:record-deleted", version=removal.version)
+        fault_points.point("gc:record-deleted", version=removal.version)
         return True
     if dataset.read_record(removal.version) is not None:  # a publish won the race: it stays published
         storage.delete(version.retired_uri)
@@ -376,9 +366,9 @@ def _delete_files(dataset: Dataset, removal: _Removal, report: GcReport) -> None
         report.files_deleted.append(uri)
         report.bytes_freed += files[path]
         if path.endswith(".tar") and "/" not in path:
-            faults.point("gc:shard-deleted", version=removal.version)
+            fault_points.point("gc:shard-deleted", version=removal.version)
         elif path == MANIFEST_NAME:
-            faults.point("gc:manifest-deleted", version=removal.version)
+            fault_points.point("gc:manifest-deleted", version=removal.version)
     for directory in removal.directories:
         storage.remove_empty_dir(storage.join(version.uri, directory))
     if removal.whole and removal.stored:
@@ -418,6 +408,3 @@ def unpin(root: str, version: str) -> bool:
     dataset.storage.delete(uri)
     return True
 
-
-def pinned(root: str) -> list[str]:
-    return Dataset(root).pinned_ids()

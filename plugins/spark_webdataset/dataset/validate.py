@@ -45,7 +45,7 @@ from .layout import MANIFEST_NAME, METADATA_FILES, Version
 from .lock import CommitLock
 from ..storage import Storage, storage_for
 from ..storage.base import StoredObject
-from ..testing import faults
+from .. import fault_points
 
 VALIDATION_KIND = "spark-webdataset-validation-v1"
 MAX_REPORTED_ERRORS = 100
@@ -243,8 +243,7 @@ def _scanned_rows(blocks: Iterable[tuple[pa.RecordBatch, np.ndarray]], names: li
 
 
 def _tasks(
-    uri: str, manifest: Manifest, present: dict[str, int], required: Sequence[str], report: ValidationReport,
-    full: bool = False,
+    uri: str, manifest: Manifest, present: dict[str, int], report: ValidationReport, full: bool = False
 ):
     """(name, size, what the manifest says) of every shard to open: the version's own and any
     other tar in its directory; with `full`, the referenced ones too (by location)."""
@@ -325,13 +324,13 @@ def validate_version(
         if not name.endswith(".tar"):
             report.add_error("unexpected file in the version directory", name)
     required = required_fields(manifest, require)
-    tasks = list(_tasks(uri, manifest, present, required, report, full))
+    tasks = list(_tasks(uri, manifest, present, report, full))
     index = _index_rows(version, manifest, full)
     if check is not None:
         results, duplicates, index_errors = check(uri, tasks, required, index)
     else:
         results, duplicates, index_errors = _check_with_pool(uri, tasks, required, workers, progress, index)
-    faults.point("validate:shards-checked")
+    fault_points.point("validate:shards-checked")
     for result in results:
         shard_errors = result.pop("error_list")
         for error in shard_errors:

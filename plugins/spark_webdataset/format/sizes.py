@@ -24,7 +24,7 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
 def parse_size(text: str | int, name: str = "size") -> int:
-    """Parse a byte size; `name` is the option named in the error."""
+    """Parse a byte size; `name` is what the error calls it (an option, an argument, a variable)."""
     if isinstance(text, int):
         value = text
     else:
@@ -32,11 +32,11 @@ def parse_size(text: str | int, name: str = "size") -> int:
         unit = match.group(2).lower() if match else None
         if not match or unit not in _UNITS:
             raise ValueError(
-                f"option {name}={text!r} is not a byte size (write e.g. 1048576, 512MiB, 3GiB)"
+                f"{name}={text!r} is not a byte size (write e.g. 1048576, 512MiB, 3GiB)"
             )
         value = int(float(match.group(1)) * _UNITS[unit])
     if value <= 0:
-        raise ValueError(f"option {name}={text!r} must be positive")
+        raise ValueError(f"{name}={text!r} must be positive")
     return value
 
 

@@ -24,12 +24,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, BadOption, InputError, WebDatasetError, from_spark
+from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, InputError, WebDatasetError, from_spark
 from ..format.manifest import Manifest
 from ..format.names import KEY_COLUMN
-from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
+from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES
 from ..format.sizes import format_size, spell_size
-from ..dataset.changes import APPEND, CHANGES, DELETE
+from ..dataset.build_rules import APPEND, CHANGES, DELETE, ORDERS, BuildBase, Spelling, parse_max_shard_bytes
 from ..dataset.layout import Dataset, Version, absolute_uri, check_dataset_root, check_version_id
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 # Partitions are sized to this share of the cap, so the spread of hash
 # partitioning rarely spills a partition into a second, small shard.
 TARGET_FILL = 0.9
-ORDERS = ("hash", "key", "source")
+JOB_NAMES = Spelling(change="--change", parent="--parent", order="--order")  # the build rules, as arguments
 
 
 @dataclass(frozen=True)
@@ -230,8 +230,7 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
         print(f"build_webdataset: version {args.version!r} is published already; nothing to write", flush=True)
         return version_summary(args.version, target, manifest, 0.0, skipped=True)
     version.check_writable()
-    if args.change != APPEND and not args.parent:
-        raise BadOption(f"--change {args.change} needs --parent (LATEST or a version id): the version it changes")
+    BuildBase.checked(args.change, args.parent, JOB_NAMES)
     before = 0
     if args.mode == "append":
         existing = version.committed_manifest()

@@ -11,12 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..errors import BadOption, InvalidVersionId
+from ..errors import BadOption
 from ..format.checksums import CHECKSUMS, CRC32C
-from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
+from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES
 from ..format.ustar import MAX_USTAR_SIZE
-from ..dataset.changes import APPEND, CHANGES
-from ..dataset.layout import check_version_id
+from ..dataset.build_rules import APPEND, LATEST, BuildBase, Spelling, parse_max_shard_bytes
 from ..dataset.lock import DEFAULT_LEASE_SECONDS
 
 # The commit lock's lease: how long a dead committer blocks the next one.
@@ -32,23 +31,8 @@ _KNOWN = {
     "parent",
     "change",
 }
-LATEST_PARENT = "LATEST"  # option parent=LATEST: the dataset's LATEST when the write starts
-
-
-def _parse_parent(value: str | None) -> str | None:
-    if value is None or value == LATEST_PARENT:
-        return value
-    try:
-        return check_version_id(value)
-    except InvalidVersionId as error:
-        raise BadOption(f"option parent={value!r}: LATEST or a version id ({error})") from None
-
-
-def _parse_change(value: object, parent: str | None) -> str:
-    change = parse_choice("change", value, CHANGES)
-    if change != APPEND and parent is None:
-        raise BadOption(f"option change={value!r} needs option parent (LATEST or a version id) to change")
-    return change
+LATEST_PARENT = LATEST  # option parent=LATEST: the dataset's LATEST when the write starts
+OPTION_NAMES = Spelling(change="option change", parent="option parent")  # the build rules, as options
 
 
 def parse_bool(name: str, value: object) -> bool:
@@ -127,8 +111,9 @@ class WriteOptions:
             "maxShardBytes, maxSamplesPerShard, mtime, allowPax, checksum, commitLeaseSeconds, parent, change",
             "call .save(uri) with the version directory to write",
         )  # fmt: skip
-        max_bytes = parse_max_shard_bytes(lowered.get("maxshardbytes", cls.max_shard_bytes))
+        max_bytes = parse_max_shard_bytes(lowered.get("maxshardbytes", cls.max_shard_bytes), "option maxShardBytes")
         max_samples = lowered.get("maxsamplespershard")
+        base = BuildBase.checked(lowered.get("change"), lowered.get("parent"), OPTION_NAMES)
         return cls(
             path=path.rstrip("/"),
             max_shard_bytes=max_bytes,
@@ -139,8 +124,8 @@ class WriteOptions:
             commit_lease_seconds=parse_seconds(
                 "commitLeaseSeconds", lowered.get(COMMIT_LEASE_OPTION, cls.commit_lease_seconds)
             ),
-            parent=_parse_parent(lowered.get("parent")),
-            change=_parse_change(lowered.get("change", cls.change), lowered.get("parent")),
+            parent=base.parent,
+            change=base.change,
         )
 
     def spark_options(self) -> dict[str, str]:

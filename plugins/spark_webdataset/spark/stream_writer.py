@@ -22,7 +22,7 @@ from ..errors import BadOption
 from ..dataset.changes import APPEND
 from ..dataset.commit import StreamBatch, commit_job
 from ..dataset.journal import journal_job
-from ..testing import faults
+from .. import fault_points
 from .options import StreamOptions
 from .writer import WebDatasetCommitMessage, WebDatasetWriter
 
@@ -59,7 +59,7 @@ class WebDatasetStreamWriter(DataSourceStreamArrowWriter):
                 "webdataset: stream batch %d committed; %s holds %d shards, %d samples",
                 batchId, self.options.write.path, len(manifest.shards), manifest.samples,
             )
-        faults.point("stream:committed", batch=batchId)  # a test kills the driver here: before Spark's checkpoint
+        fault_points.point("stream:committed", batch=batchId)  # a test kills the driver here: before Spark's checkpoint
 
     def abort(self, messages: List[Optional[WebDatasetCommitMessage]], batchId: int) -> None:
         """The batch failed before its commit: what its tasks staged goes (late siblings' files

@@ -44,7 +44,7 @@ from ..dataset.staging import (
     remove_task_staging,
     write_lease,
 )
-from ..testing import faults
+from .. import fault_points
 
 if TYPE_CHECKING:
     import pyarrow
@@ -220,7 +220,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
                 "was staging; its staged files are removed"
             )
         if staging_next:
-            faults.point("task:staging-file", partition=partition, attempt=attempt)  # a test holds a task here
+            fault_points.point("task:staging-file", partition=partition, attempt=attempt)  # a test holds a task here
 
     # -- executors --------------------------------------------------------
 
@@ -259,7 +259,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
             for batch in iterator:
                 columns = [encode_column(batch.column(name), name) for name in names]
                 writer.write_batch(batch.column(KEY_COLUMN), columns)
-                faults.point("task:batch-written", partition=partition, attempt=attempt)
+                fault_points.point("task:batch-written", partition=partition, attempt=attempt)
             shards = writer.close()
             rows, ascending = sort_run(concat_rows(writer.index_rows, TASK_SCHEMA))
             index_path = _stage_index_run(storage, staging, rows, lambda: self._check_job(staging, partition, attempt))
@@ -367,5 +367,5 @@ class WebDatasetWriter(DataSourceArrowWriter):
             remove_staged_files(version, self.job_id)  # the lease stays, saying aborted, for late tasks
         else:
             self.remove_own_staging()
-        faults.point("writer:aborted")  # a test releases a held sibling task here
+        fault_points.point("writer:aborted")  # a test releases a held sibling task here
         log.warning("webdataset write to %s aborted; staged files removed", self.options.path)

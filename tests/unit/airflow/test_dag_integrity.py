@@ -105,7 +105,7 @@ def test_a_bad_config_is_one_import_error_and_the_other_datasets_load(tmp_path, 
     assert list(bag.import_errors) == [str(DAGS / ERRORS_FILE)]
     error = bag.import_errors[str(DAGS / ERRORS_FILE)]
     assert "1 dataset config cannot be used (every other dataset's DAG loads)" in error
-    assert f"{bad}: field 'max_shard_bytes': option max_shard_bytes='lots' is not a byte size" in error
+    assert f"{bad}: field 'max_shard_bytes': max_shard_bytes='lots' is not a byte size" in error
     # fixed: no error left
     write_config(tmp_path, "broken", source="/raw/broken", root="/out/broken", key="id", max_shard_bytes="1GiB")
     fixed = dagbag_of(DAGS)

@@ -100,7 +100,7 @@ BAD = [
     ({"max_shard_bytes": "3 GB?"}, "max_shard_bytes", "is not a byte size"),
     ({"max_shard_bytes": 0}, "max_shard_bytes", "must be positive"),
     ({"max_samples_per_shard": 0}, "max_samples_per_shard", "greater than 0"),
-    ({"order": "random"}, "order", "'random' is not an order; use one of hash, key, source"),
+    ({"order": "random"}, "order", "order='random' is not one of hash, key, source"),
     ({"fields": {"PNG": "image"}}, "fields", "extension 'PNG': field names must be lower case"),
     ({"fields": {"__key__x__": "a"}}, "fields", "reserved column name"),
     ({"fields": {"png": "  "}}, "fields", "give the column or SQL that fills it"),
@@ -266,7 +266,7 @@ def test_the_cli_checks_a_folder_of_configs(tmp_path, capsys) -> None:
     assert main(["datasets", "--folder", str(tmp_path)]) == 2
     captured = capsys.readouterr()
     assert "webdataset__good" in captured.out
-    assert f"{bad}: field 'order': 'random' is not an order" in captured.err
+    assert f"{bad}: field 'order': order='random' is not one of hash, key, source" in captured.err
     assert main(["datasets", "good", "--folder", str(tmp_path), "--json"]) == 0  # the good one, for scripts
     assert json.loads(capsys.readouterr().out)["root"] == "/out/ds"
     assert main(["datasets", "--folder", str(tmp_path), "--json"]) == 2  # every usable one, and the bad one named

@@ -38,7 +38,7 @@ def test_the_build_section_is_checked() -> None:
     with pytest.raises(ValueError, match="version id"):
         BuildSettings(parent="../other")
     assert BuildSettings(parent="LATEST", change="upsert").change == "upsert"
-    with pytest.raises(ValueError, match="needs a parent"):
+    with pytest.raises(ValueError, match="needs parent"):
         BuildSettings(change="upsert")
     with pytest.raises(ValueError):
         BuildSettings(parent="LATEST", change="merge")

@@ -88,9 +88,9 @@ def test_every_task_of_every_dag_has_an_execution_timeout(tmp_path, monkeypatch)
 @pytest.mark.parametrize(
     "timeouts, problem",
     [
-        ({"write_shards": "2 hours"}, "field 'timeouts.write_shards': '2 hours' is not a duration above zero"),
-        ({"validate": 0}, "field 'timeouts.validate': 0 is not a duration above zero"),
-        ({"publish": "-5m"}, "field 'timeouts.publish': '-5m' is not a duration above zero"),
+        ({"write_shards": "2 hours"}, "field 'timeouts.write_shards': '2 hours' is not a duration: seconds as a number, or amounts with units"),
+        ({"validate": 0}, "field 'timeouts.validate': 0 must be above zero"),
+        ({"publish": "-5m"}, "field 'timeouts.publish': '-5m' is not a duration"),
         ({"valdate": "1h"}, "field 'timeouts': 'valdate' is not a task of the DAG; did you mean 'validate'?"),
         ("2h", "field 'timeouts': Input should be a valid dictionary"),
     ],
@@ -100,3 +100,15 @@ def test_a_bad_timeout_names_the_file_field_and_rule(tmp_path, timeouts, problem
     with pytest.raises(Exception) as refused:
         load_config(path, environ={})
     assert str(refused.value).startswith(f"{path}: {problem}"), str(refused.value)
+
+
+def test_timeouts_and_min_age_read_one_duration_grammar(tmp_path) -> None:
+    """Both forms the docs ever showed, in both fields: `1h30m` (timeouts' old grammar), `1.5d` and `2w` (gc's)."""
+    path = write_config(tmp_path, "durations", source="/raw", root="/out/d", key="id",
+                        timeouts={"write_shards": "1.5d", "validate": "1h30m", "gc": "2w"},
+                        retention={"keep_last": 1, "min_age": "1h30m"})  # fmt: skip
+    config = load_config(path, environ={})
+    assert {task: limit.total_seconds() for task, limit in config.timeouts.items() if task in ("write_shards", "validate", "gc")} == {
+        "write_shards": 129600, "validate": 5400, "gc": 1209600,
+    }  # fmt: skip
+    assert config.retention.min_age == 5400

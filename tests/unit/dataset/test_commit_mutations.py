@@ -23,7 +23,7 @@ from spark_webdataset.errors import ConcurrentCommit, LostCommitLock
 from spark_webdataset.format.manifest import Manifest, ShardEntry
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.spark.writer import WebDatasetWriter
-from spark_webdataset.testing import faults
+from spark_webdataset import fault_points as faults
 from tests.support.fenced_committer import SCHEMA, commit_samples, keys
 
 

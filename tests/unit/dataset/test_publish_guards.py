@@ -19,7 +19,7 @@ from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import advance_latest, publish
 from spark_webdataset.dataset.commit import StreamBatch
 from spark_webdataset.format.manifest import Manifest
-from spark_webdataset.testing import faults
+from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.validate import validate_version
 
 

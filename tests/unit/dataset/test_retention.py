@@ -31,8 +31,8 @@ from spark_webdataset.dataset.retention import PROOF_FILES, RetentionPolicy, col
 from spark_webdataset.dataset.staging import _proc_stat
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import BadOption, PublishRefused, RetentionRefused
-from spark_webdataset.testing import faults
-from spark_webdataset.testing.faults import InjectedFault
+from spark_webdataset import fault_points as faults
+from spark_webdataset.fault_points import InjectedFault
 from tests.support.chains import build_chain, commit_version, publish_version
 
 KEEP_TWO = RetentionPolicy(keep_last=2, min_age_seconds=0)

@@ -3,7 +3,7 @@
 Two bugs these tests exist for: a plan that ignores a pin on an unpublished version (the dry run and
 `inspect` would list it as removable, with the bytes it frees), and a re-read that ignores a pin added
 while gc runs (the pinned version would be retired). Real shards, real validate and publish (no
-Spark); the pin added mid-gc goes in at gc's own fault points (spark_webdataset.testing.faults).
+Spark); the pin added mid-gc goes in at gc's own fault points (spark_webdataset.fault_points).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import spark_webdataset
 from spark_webdataset.dataset.catalog import describe_root
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.retention import RetentionPolicy, collect, pin, plan
-from spark_webdataset.testing import faults
+from spark_webdataset import fault_points as faults
 from tests.support.chains import commit_version, publish_version
 
 GO_NOW = RetentionPolicy(keep_last=1, min_age_seconds=0)  # everything but LATEST, pins and live jobs may go

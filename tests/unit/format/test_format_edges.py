@@ -286,7 +286,7 @@ def test_sizes_parse_as_people_write_them() -> None:
     [("0", "must be positive"), (-5, "must be positive"), ("3 parsecs", "is not a byte size")],
 )
 def test_bad_sizes_name_the_option(text, message: str) -> None:
-    with pytest.raises(ValueError, match=f"option maxShardBytes={text!r} {message}"):
+    with pytest.raises(ValueError, match=f"^maxShardBytes={text!r} {message}"):
         parse_size(text, "maxShardBytes")
 
 

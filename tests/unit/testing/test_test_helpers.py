@@ -1,4 +1,4 @@
-"""The test helpers of spark_webdataset.testing without a server: free ports tried again while taken,
+"""The test helpers of tests/support/ (GCS emulator launcher, fault proxy) without a server: free ports tried again while taken,
 the fault proxy's object names and rules. With the emulator and Spark: tests/integration/test_test_helpers.py.
 """
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from spark_webdataset.testing import gcs_emulator
-from spark_webdataset.testing.fault_proxy import FaultRule, object_name
+from tests.support import gcs_emulator
+from tests.support.fault_proxy import FaultRule, object_name
 
 
 def test_start_on_free_ports_tries_new_ports_while_they_are_taken() -> None:

@@ -1,6 +1,8 @@
-"""Named points in the product where a test can make the process fail or freeze.
+"""Fault points: named steps of the product where a test can make the process fail or freeze.
 
-The product calls `point("commit:journal-written")` at each step (a task's
+Part of the product, not of the tests (as FoundationDB's BUGGIFY is of its
+server): the step a test breaks is the step users run, unchanged. The
+product calls `fault_points.point("commit:journal-written")` at each step (a task's
 points with their context: `point("task:batch-written", partition=3,
 attempt=0)`); it does nothing unless a test installed an action for that
 name. Three ways to install one:

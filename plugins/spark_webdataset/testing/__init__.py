@@ -1,1 +1,0 @@
-"""Support for testing spark-webdataset and code built on it (like `pyspark.testing`)."""
