@@ -43,7 +43,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from ..errors import BadOption, RetentionRefused
+from ..errors import BadOption, InputError, RetentionRefused
 from ..storage import Storage
 from ..testing import faults
 from .layout import (
@@ -203,7 +203,8 @@ def _decide(dataset: Dataset, policy: RetentionPolicy, now: float) -> tuple[dict
     pins = set(dataset.pinned_ids())
     directories = dataset.version_ids()
     if not directories and not records and latest is None:
-        raise RetentionRefused(f"{dataset.root}: no dataset there (no versions/, no published versions, no LATEST)")
+        # bad input (exit 2), as inspect's and validate's "nothing there": no retry finds a dataset
+        raise InputError(f"{dataset.root}: no dataset there (no versions/, no published versions, no LATEST)")
     kept: dict[str, list[str]] = {}
 
     def keep(version: str, why: str) -> None:
