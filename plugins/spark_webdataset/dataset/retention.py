@@ -157,9 +157,14 @@ class _Removal:
 
     @property
     def files(self) -> dict[str, int]:
-        """What goes, in the order it goes."""
+        """What goes, in the order it goes: the plan (`gc --dry-run`) and the run delete this list, so
+        both count the same files. A whole stored directory's `_RETIRED` is in it even before gc wrote
+        it (`_retire` writes it, `_delete_files` removes it last)."""
         stays = set(self.held) | set(PROOF_FILES) if self.held else set()
-        ordered = sorted(self.listing.items(), key=lambda item: _deletion_rank(item[0]))
+        listing = dict(self.listing)
+        if self.whole and self.stored:
+            listing.setdefault(RETIRED_NAME, 0)
+        ordered = sorted(listing.items(), key=lambda item: _deletion_rank(item[0]))
         return {path: size for path, size in ordered if path not in stays}
 
 
@@ -366,12 +371,8 @@ def _delete_files(dataset: Dataset, removal: _Removal, report: GcReport) -> None
     """Step 3 for one version: its files in deletion order; a whole directory's mark last."""
     storage = dataset.storage
     version = dataset.version(removal.version)
-    files = dict(removal.files)
-    if removal.whole and removal.stored:
-        files.setdefault(RETIRED_NAME, 0)  # written by `_retire`: it goes last
-    for path in sorted(files, key=_deletion_rank):
-        if path == RETIRED_NAME and not removal.whole:
-            continue
+    files = removal.files  # in deletion order; a whole directory's `_RETIRED` (written by `_retire`) last
+    for path in files:
         uri = storage.join(version.uri, path)
         storage.delete(uri)
         report.files_deleted.append(uri)
