@@ -9,15 +9,22 @@ import os
 import sys
 from typing import Sequence
 
-from .errors import EXIT_BAD_INPUT, EXIT_FAILED
+from .errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+
+
+def _report(args: argparse.Namespace, document: object, text: str) -> None:
+    """A command's answer on stdout: `text` for people, or with --json `document` for programs
+    (docs/cli.md shows each command's shape)."""
+    print(json.dumps(document, indent=1) if args.json else text)
 
 
 def _demo_source(args: argparse.Namespace) -> int:
     from .jobs.demo import write_digits_source
 
     rows = write_digits_source(args.directory, files=args.files)
-    print(f"wrote {rows} digits to {args.directory} ({args.files} parquet files)")
-    return 0
+    _report(args, {"directory": args.directory, "rows": rows, "files": args.files},
+            f"wrote {rows} digits to {args.directory} ({args.files} parquet files)")  # fmt: skip
+    return EXIT_OK
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -33,8 +40,9 @@ def _validate(args: argparse.Namespace) -> int:
         full=args.full,
         report_path=args.report,
     )
-    print(report.summary())
-    return 0 if report.ok else 1
+    document = {**json.loads(report.to_json()), "written_to": report.written_to, "sealed": report.sealed}
+    _report(args, document, report.summary())
+    return EXIT_OK if report.ok else EXIT_FAILED
 
 
 def _publish(args: argparse.Namespace) -> int:
@@ -42,11 +50,11 @@ def _publish(args: argparse.Namespace) -> int:
 
     result = publish(args.root, args.version, logical_date=args.logical_date, allow_empty=args.allow_empty)
     state = "already published (no-op)" if result.already_published else "published"
-    print(
+    _report(args, result.as_dict(),
         f"{state}: {result.version} ({result.shards} shards, {result.samples} samples, {result.bytes} bytes); "
         f"logical date {result.logical_date}; LATEST={result.latest}; index {result.index_uri}"
-    )
-    return 0
+    )  # fmt: skip
+    return EXIT_OK
 
 
 def _latest(args: argparse.Namespace) -> int:
@@ -54,11 +62,13 @@ def _latest(args: argparse.Namespace) -> int:
     from .dataset.publish import set_latest
 
     if args.set is None:
-        print(Dataset(args.root).read_latest() or "(no LATEST)")
-        return 0
+        latest = Dataset(args.root).read_latest()
+        _report(args, {"latest": latest}, latest or "(no LATEST)")
+        return EXIT_OK
     previous = set_latest(args.root, args.set, by=args.by)
-    print(f"LATEST={args.set} (was {previous}); recorded by {args.by}")
-    return 0
+    _report(args, {"latest": args.set, "previous": previous, "by": args.by},
+            f"LATEST={args.set} (was {previous}); recorded by {args.by}")  # fmt: skip
+    return EXIT_OK
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -70,8 +80,8 @@ def _inspect(args: argparse.Namespace) -> int:
 
         retention = RetentionPolicy(args.keep_last, keep_days=args.keep_days, min_age_seconds=args.min_age)
     description = describe_root(args.root, retention)
-    print(json.dumps(description.as_dict(), indent=1) if args.json else format_description(description))
-    return 0
+    _report(args, description.as_dict(), format_description(description))
+    return EXIT_OK
 
 
 def _gc(args: argparse.Namespace) -> int:
@@ -79,8 +89,8 @@ def _gc(args: argparse.Namespace) -> int:
 
     policy = RetentionPolicy(args.keep_last, keep_days=args.keep_days, min_age_seconds=args.min_age)
     report = collect(args.root, policy, dry_run=args.dry_run)
-    print(json.dumps(report.as_dict(), indent=1) if args.json else report.summary())
-    return 0
+    _report(args, report.as_dict(), report.summary())
+    return EXIT_OK
 
 
 def _pin(args: argparse.Namespace) -> int:
@@ -88,15 +98,17 @@ def _pin(args: argparse.Namespace) -> int:
 
     if args.command == "pin":
         pin(args.root, args.version, by=args.by, reason=args.reason)
-        print(f"pinned {args.version} in {args.root}: gc keeps it until `spark-webdataset unpin`")
+        _report(args, {"version": args.version, "pinned": True, "changed": True},
+                f"pinned {args.version} in {args.root}: gc keeps it until `spark-webdataset unpin`")  # fmt: skip
     else:
         was = unpin(args.root, args.version)
-        print(f"unpinned {args.version} in {args.root}" if was else f"{args.version} was not pinned in {args.root}")
-    return 0
+        _report(args, {"version": args.version, "pinned": False, "changed": was},
+                f"unpinned {args.version} in {args.root}" if was else f"{args.version} was not pinned in {args.root}")  # fmt: skip
+    return EXIT_OK
 
 
 def _duration(text: str) -> float:
-    from .dataset.retention import parse_duration
+    from .dataset.build_rules import parse_duration
     from .errors import BadOption
 
     try:
@@ -134,18 +146,20 @@ def _get(args: argparse.Namespace) -> int:
 
     samples = spark_webdataset.open(args.uri)
     entry = samples.locate(args.key)
-    if entry is None:
-        print(f"spark-webdataset get: no sample with key {args.key!r} in {samples.uri}", file=sys.stderr)
+    if entry is None:  # the answer is no, as grep's exit 1
+        print(f"spark-webdataset get: error: no sample with key {args.key!r} in {samples.uri}", file=sys.stderr)
         return EXIT_FAILED
     sample = samples.read(entry)
-    if args.field is None:
+    if args.field is None:  # where it lies: JSON with or without --json (one shape, nothing to parse twice)
         fields = {name: len(data or b"") for name, data in sample.items() if name != "__key__"}
         print(json.dumps({"key": entry.key, "shard": entry.shard, "offset": entry.offset, "length": entry.length,
                           "version": samples.uri, "fields": fields}, indent=1))
-        return 0
+        return EXIT_OK
     if args.field not in sample or args.field == "__key__":
-        print(f"spark-webdataset get: sample {args.key!r} has no field {args.field!r}", file=sys.stderr)
-        return EXIT_FAILED
+        has = ", ".join(name for name in sample if name != "__key__")
+        print(f"spark-webdataset get: error: sample {args.key!r} has no field {args.field!r} (it has {has})",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_BAD_INPUT
     sys.stdout.buffer.write(sample[args.field] or b"")
     sys.stdout.buffer.flush()
     return 0
@@ -211,6 +225,7 @@ def parser() -> argparse.ArgumentParser:
         help="write the JSON report here too (a sealed or published version gets none under it: its report "
         "is the one publish relied on)",
     )  # fmt: skip
+    validate.add_argument("--json", action="store_true", help=_JSON)
     validate.set_defaults(run=_validate)
 
     publish = commands.add_parser("publish", help="make a validated version visible; move LATEST forward")
@@ -221,17 +236,19 @@ def parser() -> argparse.ArgumentParser:
         help="ISO-8601 date the version is of (orders LATEST); default: a timestamp in the id, else now",
     )
     publish.add_argument("--allow-empty", action="store_true", help="publish a version that holds no samples")
+    publish.add_argument("--json", action="store_true", help=_JSON)
     publish.set_defaults(run=_publish)
 
     latest = commands.add_parser("latest", help="show LATEST, or set it by hand to a published version (undo)")
     latest.add_argument("root")
     latest.add_argument("--set", metavar="VERSION", help="point LATEST at this published version, backwards too")
     latest.add_argument("--by", default=_user(), help="who sets it (recorded in the root; default: $USER@host)")
+    latest.add_argument("--json", action="store_true", help=_JSON)
     latest.set_defaults(run=_latest)
 
     inspect = commands.add_parser("inspect", help="versions of a dataset root, published or not, and LATEST")
     inspect.add_argument("root")
-    inspect.add_argument("--json", action="store_true")
+    inspect.add_argument("--json", action="store_true", help=_JSON)
     inspect.add_argument("--keep-last", type=_positive_int, metavar="N", help="also show what `gc --keep-last N` would free")
     inspect.add_argument("--keep-days", type=float, metavar="D", help="with --keep-last: gc's --keep-days")
     inspect.add_argument("--min-age", type=_duration, default=24 * 3600.0, metavar="AGE", help="with --keep-last: gc's --min-age")
@@ -245,9 +262,9 @@ def parser() -> argparse.ArgumentParser:
                     help="keep the newest N published versions (publish order)")
     gc.add_argument("--keep-days", type=float, metavar="D", help="also keep versions published within D days")
     gc.add_argument("--min-age", type=_duration, default=24 * 3600.0, metavar="AGE",
-                    help="never touch a version younger than this (24h, 30m, 7d; default 24h)")
+                    help="never touch a version younger than this (24h, 1h30m, 1.5d, 2w; default 24h)")
     gc.add_argument("--dry-run", action="store_true", help="show what would go and the bytes freed; change nothing")
-    gc.add_argument("--json", action="store_true")
+    gc.add_argument("--json", action="store_true", help=_JSON)
     gc.set_defaults(run=_gc)
 
     for name, what in (("pin", "keep a version through every gc"), ("unpin", "let gc retire a pinned version again")):
@@ -257,6 +274,7 @@ def parser() -> argparse.ArgumentParser:
         if name == "pin":
             command.add_argument("--by", default=_user(), help="who pins it (default: $USER@host)")
             command.add_argument("--reason", help="why (recorded in the pin)")
+        command.add_argument("--json", action="store_true", help=_JSON)
         command.set_defaults(run=_pin)
 
     datasets = commands.add_parser(
@@ -264,7 +282,7 @@ def parser() -> argparse.ArgumentParser:
     )
     datasets.add_argument("name", nargs="?", help="show only this dataset")
     datasets.add_argument("--folder", help="folder of configs (default: SPARK_WEBDATASET_DATASETS, else datasets/)")
-    datasets.add_argument("--json", action="store_true")
+    datasets.add_argument("--json", action="store_true", help=_JSON)
     datasets.set_defaults(run=_datasets)
 
     cat = commands.add_parser(
@@ -276,14 +294,20 @@ def parser() -> argparse.ArgumentParser:
     get = commands.add_parser("get", help="one sample by key (one ranged read through the sample index)")
     get.add_argument("uri", help="a version directory or a dataset root (its LATEST), local or gs://")
     get.add_argument("key")
-    get.add_argument("--field", help="write this field's bytes to stdout (default: where it lies and its fields)")
+    shown = get.add_mutually_exclusive_group()
+    shown.add_argument("--field", help="write this field's bytes to stdout (default: where it lies and its fields)")
+    shown.add_argument("--json", action="store_true", help="where it lies and its fields (the default output: JSON)")
     get.set_defaults(run=_get)
 
     demo = commands.add_parser("demo-source", help="write the scikit-learn digits demo source as parquet")
     demo.add_argument("directory")
-    demo.add_argument("--files", type=int, default=8)
+    demo.add_argument("--files", type=_positive_int, default=8)
+    demo.add_argument("--json", action="store_true", help=_JSON)
     demo.set_defaults(run=_demo_source)
     return parser
+
+
+_JSON = "print the answer as JSON (shapes: docs/cli.md); errors stay one `error:` line on stderr"
 
 
 def _positive_int(text: str) -> int:
@@ -308,8 +332,9 @@ def _user() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Exit 0 on success, 1 when a check fails or a step is refused, 2 for bad arguments or input."""
-    from .errors import InputError, WebDatasetError
+    """The exit code of the table in docs/cli.md (errors.py: each error's `exit_code`): 0 done, 1 the
+    answer is no (a check failed, a step refused), 2 bad input, 3 a conflict, 4 no answer (storage)."""
+    from .errors import WebDatasetError
 
     commands = parser()
     commands.add_argument("--version", action="version", version=f"spark-webdataset {_version()}")
@@ -323,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
     except WebDatasetError as error:
         print(f"spark-webdataset {args.command}: error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT if isinstance(error, InputError) else EXIT_FAILED
+        return error.exit_code
 
 
 def _version() -> str:

@@ -15,13 +15,19 @@ import re
 from pathlib import Path
 
 
-# Exit codes of the jobs and the CLI (argparse's own errors exit 2 too): Airflow retries 1, never 2.
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
+# The exit codes of the CLI and the jobs: one table (docs/cli.md), each error class carries its own as
+# `exit_code`, and `exit_code_of()` maps any exception to it. Airflow retries every code but 2.
+EXIT_OK = 0
+EXIT_FAILED = 1  # the answer is no: a check failed, a step was refused, the data breaks its rules
+EXIT_BAD_INPUT = 2  # the command must change (argparse's own errors exit 2 too): no retry helps
+EXIT_CONFLICT = 3  # another writer or publisher holds the lock or got there first: a retry may succeed
+EXIT_NO_ANSWER = 4  # storage or the run failed before an answer (a request, a lost executor): a retry may succeed
 
 
 class WebDatasetError(Exception):
     """Base of every error of ours."""
+
+    exit_code = EXIT_FAILED
 
 
 # -- bad input: the caller must change something (exit code 2) -------------
@@ -29,6 +35,8 @@ class WebDatasetError(Exception):
 
 class InputError(WebDatasetError, ValueError):
     """Input, an option or an argument that cannot be accepted."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 class InvalidKey(InputError):
@@ -103,6 +111,8 @@ class NestedDatasetRoot(InputError):
 class NotFound(WebDatasetError):
     """A version or shard that the dataset does not have (the view answers 404)."""
 
+    exit_code = EXIT_BAD_INPUT
+
 
 # -- shards that break the format -------------------------------------------
 
@@ -153,13 +163,19 @@ class VersionError(WebDatasetError):
 class VersionSealed(VersionError):
     """A write into a sealed or published version (published versions are immutable)."""
 
+    exit_code = EXIT_BAD_INPUT  # no retry makes a published version writable
+
 
 class NotCommitted(VersionError):
     """A directory our writer staged into but whose commit never finished."""
 
+    exit_code = EXIT_BAD_INPUT  # write the version (again) first; no retry commits it
+
 
 class ConcurrentCommit(VersionError):
     """Another writer or publisher changed the version while this commit ran."""
+
+    exit_code = EXIT_CONFLICT
 
 
 class LostCommitLock(ConcurrentCommit):
@@ -172,6 +188,8 @@ class ManifestChanged(VersionError):
 
 class NoSampleIndex(VersionError):
     """A version written before spark-webdataset kept a sample index (random reads, appends need one)."""
+
+    exit_code = EXIT_BAD_INPUT  # write the version again; no retry adds an index
 
 
 class SampleMismatch(ManifestChanged):
@@ -201,9 +219,13 @@ class RetentionRefused(VersionError):
 class StorageError(WebDatasetError, RuntimeError):
     """A storage operation failed; the message names the object."""
 
+    exit_code = EXIT_NO_ANSWER
+
 
 class PreconditionFailed(StorageError):
     """A create-only or compare-and-swap write found the object changed."""
+
+    exit_code = EXIT_CONFLICT
 
 
 class ChecksumMismatch(StorageError):
@@ -213,9 +235,20 @@ class ChecksumMismatch(StorageError):
 class UnsupportedScheme(StorageError, InputError):
     """A URI scheme we have no storage for."""
 
+    exit_code = EXIT_BAD_INPUT
+
 
 class MissingCredentials(StorageError, InputError):
     """gs:// without Application Default Credentials (or STORAGE_EMULATOR_HOST)."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+def exit_code_of(error: BaseException) -> int:
+    """The exit code of a CLI command or job that ended with `error`: an error of ours (raised here
+    or inside Spark, see `from_spark`) carries its own; anything else failed before an answer."""
+    ours = from_spark(error)
+    return ours.exit_code if ours is not None else EXIT_NO_ANSWER
 
 
 _BY_NAME: dict[str, type[WebDatasetError]] = {}

@@ -116,7 +116,7 @@ def test_cat_streams_a_gs_shard_for_webdataset_pipe_urls(gcs_root, no_gsutil) ->
     assert reader.wait(timeout=120) == 141
     assert reader.stderr.read() == b""
     reader.stderr.close()
-    # a missing object: exit 1 naming it
+    # a missing object: exit 4 (storage: docs/cli.md's table) naming it
     missing = subprocess.run(["spark-webdataset", "cat", version.path("nope.tar")], capture_output=True, text=True, timeout=120)
-    assert missing.returncode == 1 and "nope.tar: no such object" in missing.stderr
+    assert missing.returncode == 4 and "nope.tar: no such object" in missing.stderr
     assert not no_gsutil.exists(), f"gsutil ran: {no_gsutil.read_text()}"

@@ -42,7 +42,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from ..errors import BadOption, RetentionRefused
+from ..errors import BadOption, InputError, RetentionRefused
 from ..storage import Storage
 from .. import fault_points
 from .layout import (
@@ -59,7 +59,6 @@ from .layout import (
     parse_logical_date,
     record_order,
 )
-from .build_rules import parse_duration  # noqa: F401 - gc's --min-age (cli.py); the one grammar
 from .staging import live_jobs
 
 DEFAULT_MIN_AGE_SECONDS = 24 * 3600.0
@@ -147,9 +146,14 @@ class _Removal:
 
     @property
     def files(self) -> dict[str, int]:
-        """What goes, in the order it goes."""
+        """What goes, in the order it goes: the plan (`gc --dry-run`) and the run delete this list, so
+        both count the same files. A whole stored directory's `_RETIRED` is in it even before gc wrote
+        it (`_retire` writes it, `_delete_files` removes it last)."""
         stays = set(self.held) | set(PROOF_FILES) if self.held else set()
-        ordered = sorted(self.listing.items(), key=lambda item: _deletion_rank(item[0]))
+        listing = dict(self.listing)
+        if self.whole and self.stored:
+            listing.setdefault(RETIRED_NAME, 0)
+        ordered = sorted(listing.items(), key=lambda item: _deletion_rank(item[0]))
         return {path: size for path, size in ordered if path not in stays}
 
 
@@ -193,7 +197,8 @@ def _decide(dataset: Dataset, policy: RetentionPolicy, now: float) -> tuple[dict
     pins = set(dataset.pinned_ids())
     directories = dataset.version_ids()
     if not directories and not records and latest is None:
-        raise RetentionRefused(f"{dataset.root}: no dataset there (no versions/, no published versions, no LATEST)")
+        # bad input (exit 2), as inspect's and validate's "nothing there": no retry finds a dataset
+        raise InputError(f"{dataset.root}: no dataset there (no versions/, no published versions, no LATEST)")
     kept: dict[str, list[str]] = {}
 
     def keep(version: str, why: str) -> None:
@@ -355,12 +360,8 @@ def _delete_files(dataset: Dataset, removal: _Removal, report: GcReport) -> None
     """Step 3 for one version: its files in deletion order; a whole directory's mark last."""
     storage = dataset.storage
     version = dataset.version(removal.version)
-    files = dict(removal.files)
-    if removal.whole and removal.stored:
-        files.setdefault(RETIRED_NAME, 0)  # written by `_retire`: it goes last
-    for path in sorted(files, key=_deletion_rank):
-        if path == RETIRED_NAME and not removal.whole:
-            continue
+    files = removal.files  # in deletion order; a whole directory's `_RETIRED` (written by `_retire`) last
+    for path in files:
         uri = storage.join(version.uri, path)
         storage.delete(uri)
         report.files_deleted.append(uri)

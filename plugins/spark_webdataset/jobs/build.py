@@ -24,7 +24,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from ..errors import EXIT_BAD_INPUT, EXIT_FAILED, InputError, WebDatasetError, from_spark
+from ..errors import (
+    EXIT_BAD_INPUT,
+    EXIT_NO_ANSWER,
+    EXIT_OK,
+    InputError,
+    WebDatasetError,
+    exit_code_of,
+    from_spark,
+)
 from ..format.manifest import Manifest
 from ..format.names import KEY_COLUMN
 from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES
@@ -342,28 +350,72 @@ def print_summary(summary: dict, name: str = "build_webdataset") -> None:
     print(f"{name} summary: " + json.dumps(summary, sort_keys=True), flush=True)
 
 
-def spark_session() -> "SparkSession":
+# Spark's INFO lines (150-240 of them, ending "Successfully stopped SparkContext") would bury the job's
+# own answer: a job that starts its session sets this level, unless spark-submit's --conf sets one.
+LOG_LEVEL = "WARN"
+LOG_LEVEL_CONF = "spark.log.level"
+
+
+def spark_session(quiet: bool = True) -> "SparkSession":
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    if os.environ.get("SPARK_REMOTE"):  # Spark Connect (sc://host:port): the server has the master
+    if os.environ.get("SPARK_REMOTE"):  # Spark Connect (sc://host:port): the server has the master and its logs
         return SparkSession.builder.getOrCreate()
     builder = SparkSession.builder.appName("build_webdataset")
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # run by plain python, not spark-submit
         builder = builder.master(os.environ.get("SPARK_MASTER", "local[*]"))
+    if quiet and not SparkConf().contains(LOG_LEVEL_CONF):
+        builder = builder.config(LOG_LEVEL_CONF, LOG_LEVEL)
     return builder.getOrCreate()
+
+
+def _quiet_pyspark_error_logs() -> None:
+    """PySpark logs every analysis error with its query context as a JSON record on stdout; the job
+    names the error itself, once, in its `error:` line."""
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).disabled = True
 
 
 # Spark's conditions for a source, table or column that is not there: bad input, no retry helps.
 MISSING_INPUT_CONDITIONS = ("PATH_NOT_FOUND", "TABLE_OR_VIEW_NOT_FOUND", "UNRESOLVED_COLUMN", "UNRESOLVED_ROUTINE")
 
 
+def _condition(error: BaseException) -> str:
+    return getattr(error, "getCondition", lambda: None)() or ""
+
+
 def _names_missing_input(error: BaseException) -> bool:
-    condition = getattr(error, "getCondition", lambda: None)() or ""
-    return condition.split(".")[0] in MISSING_INPUT_CONDITIONS
+    return _condition(error).split(".")[0] in MISSING_INPUT_CONDITIONS
+
+
+def failure(error: BaseException) -> tuple[int, str]:
+    """A job's exit code (the table in errors.py) and its one-line `error:` text for what ended it."""
+    cause = from_spark(error)
+    if cause is not None:
+        return exit_code_of(cause), str(cause) or type(cause).__name__
+    condition = _condition(error)
+    if condition.startswith("UNRESOLVED_COLUMN"):  # the column, and the ones there are (Spark's closest first)
+        parameters = error.getMessageParameters() or {}
+        there = parameters.get("proposal")
+        return EXIT_BAD_INPUT, (
+            f"no column {parameters.get('objectName', '?')} in the source (--key and --field name its columns or SQL "
+            f"on them)" + (f"; its columns: {there.strip('[]')}" if there else "")
+        )
+    if condition:  # Spark's message without the plan it appends after its first line
+        text = error.getMessage().split("\n", 1)[0]
+        return (EXIT_BAD_INPUT if _names_missing_input(error) else EXIT_NO_ANSWER), text
+    lines = str(error).splitlines() or [type(error).__name__]
+    # a Py4JJavaError: "An error occurred while calling o55.save." then ": <the Java exception>" and its trace
+    text = next((line[2:] for line in lines if line.startswith(": ")), lines[0])
+    return (EXIT_BAD_INPUT if isinstance(error, ValueError) else exit_code_of(error)), text
 
 
 def run_job(name: str, job, args: argparse.Namespace) -> tuple[int, dict | None]:
-    """Run `job(spark, args)` in a SparkSession: 0, or 2 for bad input (named), 1 for anything else."""
+    """Run `job(spark, args)` in a SparkSession: 0 and its summary, or the exit code of the table in
+    errors.py after one `error:` line, printed after Spark stopped so that it is the console's last."""
     try:  # before a SparkSession starts: a bad id, or a root inside another dataset or a version
         check_version_id(args.version)
         check_dataset_root(args.output)
@@ -373,18 +425,17 @@ def run_job(name: str, job, args: argparse.Namespace) -> tuple[int, dict | None]
     from pyspark.sql import SparkSession
 
     owned = SparkSession.getActiveSession() is None  # a caller's session (a notebook, a test) stays up
-    spark = spark_session()
+    spark = spark_session(quiet=owned)
+    _quiet_pyspark_error_logs()
     try:
-        return 0, job(spark, args)
+        return EXIT_OK, job(spark, args)
     except Exception as error:  # noqa: BLE001 - Spark wraps our errors; show the cause
-        cause = from_spark(error)
-        print(f"{name}: error: {str(cause or error) or type(error).__name__}", file=sys.stderr, flush=True)
-        unnamed_bad_input = cause is None and (isinstance(error, ValueError) or _names_missing_input(error))
-        bad_input = isinstance(cause, InputError) or unnamed_bad_input
-        return (EXIT_BAD_INPUT if bad_input else EXIT_FAILED), None
+        code, message = failure(error)
     finally:
         if owned:
             spark.stop()
+    print(f"{name}: error: {message}", file=sys.stderr, flush=True)
+    return code, None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -396,4 +447,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.summary_json:
         with open(args.summary_json, "w") as stream:
             json.dump(summary, stream, indent=1, sort_keys=True)
-    return 0
+    return EXIT_OK

@@ -30,7 +30,8 @@ from .build import (
 )
 from ..errors import InputError, NeedsClassicSpark, WebDatasetError
 from ..format.names import KEY_COLUMN
-from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES, parse_max_shard_bytes
+from ..dataset.build_rules import parse_max_shard_bytes
+from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES
 from ..format.sizes import spell_size
 from ..dataset.layout import Dataset, absolute_uri
 

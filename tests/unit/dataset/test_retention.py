@@ -27,7 +27,8 @@ import spark_webdataset
 from spark_webdataset.dataset.catalog import describe_root
 from spark_webdataset.dataset.layout import Dataset, LEASE_NAME, WRITER_MARK, WRITER_MARK_NAME
 from spark_webdataset.dataset.publish import publish, set_latest
-from spark_webdataset.dataset.retention import PROOF_FILES, RetentionPolicy, collect, parse_duration, pin, plan, unpin
+from spark_webdataset.dataset.build_rules import parse_duration
+from spark_webdataset.dataset.retention import PROOF_FILES, RetentionPolicy, collect, pin, plan, unpin
 from spark_webdataset.dataset.staging import _proc_stat
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import BadOption, PublishRefused, RetentionRefused

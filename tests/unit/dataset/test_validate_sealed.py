@@ -53,7 +53,7 @@ def test_cli_validate_of_a_published_version_writes_nothing_under_it_and_reports
     # a report path inside a sealed version is refused before anything is read or written
     for inside in (v1 / "_validation.json", v1 / "sub" / "report.json", v1 / ".." / "v1" / "r.json"):
         refused = run_cli("validate", str(v1), "--require", "jpg", "--quiet", "--report", str(inside))
-        assert refused.returncode == 1 and "VersionSealed" not in refused.stderr and "sealed" in refused.stderr
+        assert refused.returncode == 2 and "VersionSealed" not in refused.stderr and "sealed" in refused.stderr
         assert _files(v1) == before
     for bad in (tmp_path, tmp_path / ("x" * 300) / "r.json"):  # a directory; a name too long to create
         refused = run_cli("validate", str(v1), "--quiet", "--report", str(bad))
