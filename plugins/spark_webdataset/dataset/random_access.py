@@ -21,7 +21,6 @@ import io
 from typing import Any, Iterator, Sequence
 
 from ..errors import CorruptManifest, InputError, NoSampleIndex, NotCommitted, SampleMismatch, TarFormatError
-from ..format import manifest as manifests
 from ..format.checksums import crc32c_extend
 from ..format.manifest import Manifest
 from ..format.sample_index import Entry, IndexFile, check_entry
@@ -29,7 +28,8 @@ from ..format.sample_reader import READ_PIECE_BYTES, iter_samples
 from ..format.tar_rules import ZERO_BLOCK
 from ..storage import storage_for
 from ..storage.base import RangeFile, Storage
-from .layout import Dataset, Version, check_shard_location, sample_index_path, sample_index_serial
+from .layout import Version, check_shard_location, sample_index_path, sample_index_serial
+from .resolve import committed_version
 
 DEFAULT_CACHE_BLOCKS = 256  # index blocks kept (~8192 samples each): a million samples' index is 123
 
@@ -168,24 +168,7 @@ class VersionSamples(Sequence[dict]):
 
 def open_samples(uri: str, cache_blocks: int = DEFAULT_CACHE_BLOCKS) -> VersionSamples:
     """Random access to a version directory, or to a dataset root's LATEST (checked against its publish record)."""
-    version = Version.at(uri)
-    if version.id is not None:  # ROOT/versions/ID: its manifest first, no requests about roots
-        with manifests.naming(lambda: version.manifest_uri):
-            manifest = version.committed_manifest()
-        if manifest is not None:
-            return VersionSamples(version.uri, manifest, cache_blocks)
-    dataset = Dataset(uri)
-    if dataset.is_dataset_root():
-        with manifests.naming(lambda: latest_manifest_uri(dataset)):
-            version, manifest = dataset.latest()
-        return VersionSamples(version.uri, manifest, cache_blocks)
-    with manifests.naming(lambda: version.manifest_uri):
-        found = version.committed_manifest()
-    if found is None:
+    version, manifest = committed_version(uri)
+    if manifest is None:
         raise NotCommitted(f"{uri}: no manifest there: not a version our writer committed, nor a dataset root")
-    return VersionSamples(version.uri, found, cache_blocks)
-
-
-def latest_manifest_uri(dataset: Dataset) -> str:
-    """The manifest file of the dataset's LATEST version (to name it in an error)."""
-    return dataset.version(dataset.read_latest() or "").manifest_uri
+    return VersionSamples(version.uri, manifest, cache_blocks)

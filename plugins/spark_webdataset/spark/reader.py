@@ -31,12 +31,10 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from ..errors import BadOption, ChecksumMismatch, CorruptIndex, InputError, ManifestChanged, SampleMismatch, TarFormatError
-from ..format import manifest as manifests
 from ..format.checksums import Crc32cReader, crc32c_view
 from ..format.manifest import Manifest, ShardEntry
 from ..format.names import KEY_COLUMN
 from ..format.ustar import END_OF_ARCHIVE
-from ..dataset.layout import Dataset, Version
 from ..storage import storage_for
 from .options import KeyRange, ReadOptions
 
@@ -79,16 +77,10 @@ def resolve_version(uri: str) -> tuple[list[str], Manifest | None, str | None]:
     if base.endswith(".tar") and storage.exists(base):
         return [base], None, None
     if not any(c in base for c in "*?[{"):
-        from ..dataset.random_access import check_locations, latest_manifest_uri
+        from ..dataset.random_access import check_locations
+        from ..dataset.resolve import committed_version
 
-        dataset = Dataset(base)
-        if dataset.is_dataset_root():
-            with manifests.naming(lambda: latest_manifest_uri(dataset)):
-                version, manifest = dataset.latest()
-        else:
-            version = Version.at(base)
-            with manifests.naming(lambda: version.manifest_uri):
-                manifest = version.committed_manifest()
+        version, manifest = committed_version(base)
         if manifest is not None:
             check_locations(manifest, version.manifest_uri)
             return [version.entry_uri(shard) for shard in manifest.shards], manifest, version.uri
