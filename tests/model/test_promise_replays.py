@@ -179,3 +179,15 @@ def test_a_write_on_a_parent_whose_index_is_gone_is_refused_with_a_typed_error(e
         ("tamper", dict(version="v2", what="index-delete", pick=0)),
         ("write", dict(version="v4", rows={"k00": ("b", b"x")}, overwrite=True, parent="v2", change=None, retyped=1)),
     ])  # fmt: skip
+
+
+# Found by the soak after issue 29's fixes: `validate --require bin` of a child passed although a shard
+# it references from its parent holds a sample without `bin` (the parent's report proved bytes and rules,
+# not a field asked for only now): with --require, referenced shards are opened too
+def test_validate_require_checks_the_samples_a_child_references(env) -> None:
+    replay(env, [
+        ("release", dict(version="v1", rows={"k00": ("no bin", None), "k01": ("bin", b"1")}, parent=None, change=None,
+                         date="2026-01-01")),
+        ("release", dict(version="v2", rows={"k08": ("bin", b"8")}, parent="LATEST", change=None, date="2026-02-01")),
+        ("validate", dict(version="v2", require=True)),
+    ])  # fmt: skip

@@ -298,7 +298,8 @@ def validate_version(
     `check` checks the shards elsewhere (jobs.validate_spark: a Spark job); default: a local pool.
     A shard referenced from a parent is proven unchanged without reading it when its storage
     identity is the one its own version's validation recorded, else read and its crc32c checked;
-    with `full`, every shard is opened, wherever it is stored."""
+    with `full`, or with fields to `require` (a report proves no field it was not asked for), every
+    shard is opened, wherever it is stored."""
     started = time.monotonic()
     if report_path is not None:
         report_path = _check_report_path(report_path)
@@ -324,6 +325,9 @@ def validate_version(
         if not name.endswith(".tar"):
             report.add_error("unexpected file in the version directory", name)
     required = required_fields(manifest, require)
+    # A storing version's report proves its shards' bytes and rules, not fields asked for only now:
+    # with --require, referenced shards are opened too.
+    full = full or (bool(require) and any(shard.version is not None for shard in manifest.shards))
     tasks = list(_tasks(uri, manifest, present, report, full))
     index = _index_rows(version, manifest, full)
     if check is not None:
