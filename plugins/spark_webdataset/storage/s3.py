@@ -141,8 +141,12 @@ class S3Client:
         )
         return f"{base}{path}" + (f"?{canonical_query}" if canonical_query else ""), host, path, canonical_query
 
-    def _signed(self, method: str, host: str, path: str, query: str, headers: dict[str, str]) -> dict[str, str]:
-        now = datetime.datetime.now(datetime.timezone.utc)
+    def _signed(
+        self, method: str, host: str, path: str, query: str, headers: dict[str, str], now: datetime.datetime | None = None
+    ) -> dict[str, str]:
+        """SigV4 headers: host and every x-amz-* header signed, the payload UNSIGNED (its crc32c is
+        in a signed header where it matters)."""
+        now = now or datetime.datetime.now(datetime.timezone.utc)
         stamp, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
         signed = {k.lower(): v.strip() for k, v in headers.items() if k.lower().startswith("x-amz-")}
         signed.update({"host": host, "x-amz-date": stamp, "x-amz-content-sha256": UNSIGNED})
