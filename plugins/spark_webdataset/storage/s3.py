@@ -18,6 +18,7 @@ Nothing secret is ever logged.
 
 from __future__ import annotations
 
+import base64
 import configparser
 import datetime
 import functools
@@ -31,8 +32,9 @@ from dataclasses import dataclass
 from typing import BinaryIO
 from urllib.parse import quote
 
+from google_crc32c import extend as _crc32c_extend
+
 from ..errors import MissingCredentials, PreconditionFailed, StorageError
-from ..format.checksums import crc32c_extend, crc32c_text
 from .base import Storage, StoredObject
 
 # A multipart part: a task's worker holds about one (the buffer) plus the request's copy. S3's
@@ -214,8 +216,14 @@ def _failure(path: str, what: str, response: Response) -> StorageError:
     return StorageError(f"{path}: {what} failed: HTTP {response.status} {code}".rstrip())
 
 
+def crc32c_text(crc: int) -> str:
+    """Base64 of the big-endian value: S3's x-amz-checksum-crc32c, GCS's crc32c (storage/ may not
+    import format/, which has the same two lines for the writer)."""
+    return base64.b64encode(crc.to_bytes(4, "big")).decode()
+
+
 def _crc_headers(data: bytes) -> dict[str, str]:
-    return {"x-amz-sdk-checksum-algorithm": "CRC32C", "x-amz-checksum-crc32c": crc32c_text(crc32c_extend(0, data))}
+    return {"x-amz-sdk-checksum-algorithm": "CRC32C", "x-amz-checksum-crc32c": crc32c_text(_crc32c_extend(0, data))}
 
 
 def _xml(body: bytes) -> ElementTree.Element:
@@ -243,7 +251,6 @@ class MultipartWriter(io.RawIOBase):
     def write(self, data) -> int:  # type: ignore[override]
         view = memoryview(data).cast("B")
         self.buffer += view
-        self.crc = crc32c_extend(self.crc, view)
         while len(self.buffer) >= PART_BYTES:
             self._send_part(bytes(self.buffer[:PART_BYTES]))
             del self.buffer[:PART_BYTES]
@@ -260,6 +267,7 @@ class MultipartWriter(io.RawIOBase):
                 raise _failure(self.path, "CreateMultipartUpload", response)
             self.upload_id = _xml(response.body).findtext("{*}UploadId")
         number = len(self.parts) + 1
+        self.crc = _crc32c_extend(self.crc, data)  # of the whole object, part after part
         headers = _crc_headers(data)
         response = s3.request(
             "PUT", self.bucket, self.key, query={"partNumber": str(number), "uploadId": self.upload_id or ""},
