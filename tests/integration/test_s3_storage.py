@@ -184,3 +184,74 @@ def test_no_credentials_is_a_clear_error(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     with pytest.raises(MissingCredentials, match="AWS_ACCESS_KEY_ID"):
         storage_for("s3://b/ds").exists("s3://b/ds/x")
+
+
+def _losing_first_response(monkeypatch, method: str, header: str) -> list[int]:
+    """The one fault the real server cannot make: a request that lands whose response is lost, so the
+    client sends it again and the retry meets its own write (412). Both requests are real."""
+    statuses: list[int] = []
+    request = s3_module.S3Client.request
+
+    def twice(self, verb, bucket, key="", **kwargs):
+        if verb == method and header in kwargs.get("headers", {}) and not statuses:
+            statuses.append(request(self, verb, bucket, key, **kwargs).status)  # landed; response lost
+        return request(self, verb, bucket, key, **kwargs)
+
+    monkeypatch.setattr(s3_module.S3Client, "request", twice)
+    return statuses
+
+
+def test_create_only_whose_response_is_lost_succeeds_and_stays_create_only(s3_bucket, monkeypatch) -> None:
+    storage = storage_for(s3_bucket)
+    path = storage.join(s3_bucket, "ds", "_published", "v1.json")
+    lost = _losing_first_response(monkeypatch, "PUT", "If-None-Match")
+    storage.create_only(path, b"first")  # the retry gets 412 and reads back its own bytes
+    assert lost == [200]
+    with pytest.raises(PreconditionFailed):
+        storage.create_only(path, b"second")
+    assert storage.read_bytes(path) == b"first"
+
+
+def test_replace_if_whose_response_is_lost_returns_true(s3_bucket, monkeypatch) -> None:
+    storage = storage_for(s3_bucket)
+    path = storage.join(s3_bucket, "ds", "LATEST")
+    storage.create_only(path, b"v1\n")
+    _, token = storage.read_versioned(path)
+    lost = _losing_first_response(monkeypatch, "PUT", "If-Match")
+    assert storage.replace_if(path, b"v2\n", token) is True
+    assert lost == [200]
+    assert storage.replace_if(path, b"v3\n", token) is False  # the old ETag is stale now
+    data, new_token = storage.read_versioned(path)
+    assert data == b"v2\n" and new_token != token
+
+
+def test_a_rename_whose_completion_response_is_lost_still_lands_once(s3_bucket, monkeypatch) -> None:
+    storage = storage_for(s3_bucket)
+    source, target = storage.join(s3_bucket, "staged.tar"), storage.join(s3_bucket, "shard-000000.tar")
+    storage.write_atomic(source, b"shard bytes" * 1000)
+    lost = _losing_first_response(monkeypatch, "POST", "If-None-Match")  # CompleteMultipartUpload
+    storage.rename_new(source, target)  # the repeated completion of the same upload is idempotent
+    assert lost == [200]
+    assert storage.read_bytes(target) == b"shard bytes" * 1000 and not storage.exists(source)
+
+
+def _advance(args) -> str:
+    from spark_webdataset.dataset.publish import advance_latest
+
+    root, version, barrier = args
+    barrier.wait()
+    return advance_latest(root, version)
+
+
+def test_racing_latest_updates_leave_the_greatest(s3_bucket: str) -> None:
+    import multiprocessing
+
+    from spark_webdataset.dataset.publish import read_latest
+
+    versions = [f"2026110{n}T000000Z" for n in range(1, 7)]
+    context = multiprocessing.get_context("spawn")  # children inherit AWS_ENDPOINT_URL and the keys
+    with context.Manager() as manager:
+        barrier = manager.Barrier(len(versions))
+        with context.Pool(len(versions)) as pool:
+            pool.map(_advance, [(s3_bucket, v, barrier) for v in versions])
+    assert read_latest(s3_bucket) == versions[-1]
