@@ -255,3 +255,17 @@ def test_racing_latest_updates_leave_the_greatest(s3_bucket: str) -> None:
         with context.Pool(len(versions)) as pool:
             pool.map(_advance, [(s3_bucket, v, barrier) for v in versions])
     assert read_latest(s3_bucket) == versions[-1]
+
+
+def test_a_writer_that_fails_leaves_no_object_and_no_upload(s3_bucket: str) -> None:
+    storage = storage_for(s3_bucket)
+    bucket, _ = split(s3_bucket)
+    for size in (1000, 2 * PART_BYTES + 5):  # one PutObject never sent; a multipart upload aborted
+        path = storage.join(s3_bucket, f"partial-{size}.tar")
+        with pytest.raises(RuntimeError, match="task failed"):
+            with storage.open_write(path) as stream:
+                stream.write(b"x" * size)
+                raise RuntimeError("task failed")
+        assert not storage.exists(path)
+    uploads = client().request("GET", bucket, query={"uploads": ""})
+    assert uploads.status == 200 and b"<UploadId>" not in uploads.body, uploads.body

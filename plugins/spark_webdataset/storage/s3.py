@@ -244,6 +244,7 @@ class MultipartWriter(io.RawIOBase):
         self.crc = 0
         self.upload_id: str | None = None
         self.parts: list[tuple[int, str, str]] = []
+        self.aborted = False
 
     def writable(self) -> bool:
         return True
@@ -280,6 +281,9 @@ class MultipartWriter(io.RawIOBase):
     def close(self) -> None:
         if self.closed:
             return
+        if self.aborted:
+            super().close()
+            return
         try:
             if self.upload_id is None:
                 self.storage._put(self.path, bytes(self.buffer), {"If-None-Match": "*"} if self.if_none_match else {})
@@ -298,6 +302,20 @@ class MultipartWriter(io.RawIOBase):
         if self.upload_id is not None:
             client().request("DELETE", self.bucket, self.key, query={"uploadId": self.upload_id})
             self.upload_id = None
+
+
+class _UploadStream(io.BufferedWriter):
+    """Closing completes the upload; leaving a `with` block by an exception aborts it instead, so a
+    failed writer never leaves a partial object under its name."""
+
+    def __exit__(self, kind, value, traceback):
+        if kind is None:
+            return super().__exit__(kind, value, traceback)
+        raw = self.raw
+        raw.abort()  # type: ignore[attr-defined]
+        raw.aborted = True  # type: ignore[attr-defined]
+        self.close()
+        return None
 
 
 class RangeReader(io.RawIOBase):
@@ -372,7 +390,7 @@ class S3Storage(Storage):
         return response.headers
 
     def open_write(self, path: str) -> BinaryIO:
-        return io.BufferedWriter(MultipartWriter(self, path), buffer_size=1 << 20)  # type: ignore[return-value]
+        return _UploadStream(MultipartWriter(self, path), buffer_size=1 << 20)  # type: ignore[return-value]
 
     def open_read(self, path: str) -> BinaryIO:
         head = self._head(path)
