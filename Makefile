@@ -12,7 +12,7 @@ TEST_WORKERS ?= 2
 
 .PHONY: env run test bench clean soak
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(VENV)/.installed: pyproject.toml constraints.txt constraints-s3server.txt
 	scripts/ensure_java.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
