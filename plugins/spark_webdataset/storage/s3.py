@@ -370,7 +370,9 @@ class S3Storage(Storage):
             f"<Part><PartNumber>{n}</PartNumber><ETag>{etag}</ETag><ChecksumCRC32C>{part_crc}</ChecksumCRC32C></Part>"
             for n, etag, part_crc in parts
         ) + "</CompleteMultipartUpload>"
-        headers = {"x-amz-checksum-crc32c": crc, "x-amz-checksum-type": "FULL_OBJECT"}
+        headers = {"x-amz-checksum-type": "FULL_OBJECT"}
+        if crc:  # the whole object's: the server refuses the completion if its own differs
+            headers["x-amz-checksum-crc32c"] = crc
         if if_none_match:
             headers["If-None-Match"] = "*"
         response = client().request("POST", bucket, key, query={"uploadId": upload_id}, headers=headers, body=body.encode())
