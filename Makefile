@@ -12,11 +12,12 @@ TEST_WORKERS ?= 2
 
 .PHONY: env run test bench clean soak
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(VENV)/.installed: pyproject.toml constraints.txt constraints-s3server.txt
 	scripts/ensure_java.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[airflow,gcs,demo,test]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[airflow,gcs,s3,demo,test]"
+	VENV=$(VENV) PYTHON=$(PYTHON) scripts/install_s3server.sh  # moto, for the s3:// tests: its own venv (docs/s3.md)
 	# setuptools leaves a copy of the metadata beside the package, and plugins/ is on sys.path:
 	# Airflow would see the distribution twice and load the view's plugin entry point twice
 	rm -rf plugins/*.egg-info

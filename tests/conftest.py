@@ -127,3 +127,28 @@ def bucket(gcs_emulator, request) -> str:
     name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:50].strip("-") + f"-{os.getpid()}"
     gcs_emulator.create_bucket(name)
     return f"gs://{name}"
+
+
+# -- s3:// (a real S3 API: moto in server mode) ------------------------------------------------------
+# The endpoint and dummy credentials are set now, before any Spark JVM starts, so the session's
+# Python workers and every spark-submit child see them (tests/support/s3_server.py).
+from tests.support import s3_server as _s3_server  # noqa: E402
+
+_s3_server.reserve_environment()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto_server on the endpoint reserved above, for the whole session."""
+    server = _s3_server.S3Server(os.environ["AWS_ENDPOINT_URL"])
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server, request) -> str:
+    """A fresh bucket per test: s3://<name>."""
+    import re
+
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:50].strip("-") + f"-{os.getpid()}"
+    return s3_server.create_bucket(name)
