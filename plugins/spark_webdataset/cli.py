@@ -286,13 +286,13 @@ def parser() -> argparse.ArgumentParser:
     datasets.set_defaults(run=_datasets)
 
     cat = commands.add_parser(
-        "cat", help="stream objects (local or gs://) to stdout, e.g. for webdataset's pipe: URLs"
+        "cat", help="stream objects (local, gs:// or s3://) to stdout, e.g. for webdataset's pipe: URLs"
     )
-    cat.add_argument("uri", nargs="+", help="a local path, file:// or gs:// URI")
+    cat.add_argument("uri", nargs="+", help="a local path, file://, gs:// or s3:// URI")
     cat.set_defaults(run=_cat)
 
     get = commands.add_parser("get", help="one sample by key (one ranged read through the sample index)")
-    get.add_argument("uri", help="a version directory or a dataset root (its LATEST), local or gs://")
+    get.add_argument("uri", help="a version directory or a dataset root (its LATEST), local, gs:// or s3://")
     get.add_argument("key")
     shown = get.add_mutually_exclusive_group()
     shown.add_argument("--field", help="write this field's bytes to stdout (default: where it lies and its fields)")

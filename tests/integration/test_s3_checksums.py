@@ -11,7 +11,7 @@ import pytest
 from spark_webdataset.dataset.layout import STAGED_INDEX_NAME
 from spark_webdataset.errors import ChecksumMismatch, from_spark
 from spark_webdataset.storage import storage_for
-from spark_webdataset.testing import faults
+from spark_webdataset import fault_points as faults
 from tests.integration.test_checksums import write
 
 pytestmark = pytest.mark.slow

@@ -314,7 +314,7 @@ class DatasetConfig(BaseModel):
     source: OptionalText = Field(None, description="Spark source URI; {ds}, {ds_nodash}, {version} are filled in")
     source_format: str = Field("parquet", min_length=1, description="any Spark format")
     source_table: OptionalText = Field(None, description="a table in the Spark catalog instead of source")
-    root: str = Field(min_length=1, description="the dataset root: a local path or gs://bucket/path")
+    root: str = Field(min_length=1, description="the dataset root: a local path, gs://bucket/path or s3://bucket/path")
     key: str = Field(min_length=1, description="column or SQL for each sample's key")
     fields: dict[str, str] = Field(
         default_factory=dict, description="extension -> column or SQL, in member order; empty: every column"
