@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator, Mapping
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -63,10 +64,10 @@ def task_rows(keys: pa.Array, shard: int, offsets, lengths, crcs) -> pa.RecordBa
     return pa.record_batch(
         [
             pa.concat_arrays([keys.cast(pa.large_string())]),
-            pa.array([shard] * count, pa.int32()) if count else pa.array([], pa.int32()),
-            pa.array(offsets, pa.int64()),
-            pa.array(lengths, pa.int64()),
-            pa.array(crcs, pa.uint32()),
+            pa.array(np.full(count, shard, np.int32)),
+            pa.array(np.asarray(offsets, np.int64)),
+            pa.array(np.asarray(lengths, np.int64)),
+            pa.array(np.asarray(crcs, np.uint32)),
         ],
         schema=TASK_SCHEMA,
     )
