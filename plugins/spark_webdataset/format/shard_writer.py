@@ -18,6 +18,7 @@ import io
 import logging
 import os
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import BinaryIO, Callable, Sequence
 
 import numpy as np
@@ -88,6 +89,9 @@ def _write_all(fd: int, pieces: Sequence[bytes | np.ndarray]) -> None:
     while start < len(pieces):
         group = pieces[start : start + _IOV_MAX]
         written = os.writev(fd, group)
+        if written == sum(map(len, group)):  # the usual case: no Python step a piece
+            start += len(group)
+            continue
         for piece in group:
             if written < len(piece):
                 pieces[start] = memoryview(piece)[written:]
@@ -116,7 +120,7 @@ class _HashingSink:
         if isinstance(data, np.ndarray) and len(data) > GROUP_BYTES:  # a large buffer: hashed and written a group at a time
             self.write_slices(data, np.arange(0, len(data) + GROUP_BYTES, GROUP_BYTES).clip(max=len(data)))
         else:
-            self.write_pieces((data,))
+            self.write_pieces((data if isinstance(data, (bytes, np.ndarray)) else bytes(data),))
 
     def write_pieces(self, pieces: Sequence[bytes | np.ndarray]) -> list[int]:
         """Write `pieces` in order, as one stream of bytes; the stream's crc32c before the first
@@ -127,17 +131,18 @@ class _HashingSink:
         read every byte from memory twice: slower in the Spark workers).
         """
         prefixes = [self.crc]
-        digest = self.digest
-        group_start = 0
-        group_bytes = 0
-        for index, piece in enumerate(pieces):
-            group_bytes += len(piece)
-            if group_bytes >= GROUP_BYTES or index == len(pieces) - 1:
-                group = pieces[group_start : index + 1]
-                self._hash(group, prefixes, digest)
-                self._emit(group)
-                self.size += group_bytes
-                group_start, group_bytes = index + 1, 0
+        if not pieces:
+            return prefixes
+        ends = np.fromiter(accumulate(map(len, pieces)), np.int64, len(pieces))  # in C: no Python step a piece
+        # Each group ends with the first piece that reaches the next GROUP_BYTES of the stream.
+        stops = np.searchsorted(ends, np.arange(GROUP_BYTES, int(ends[-1]) + GROUP_BYTES, GROUP_BYTES), side="left") + 1
+        start = 0
+        for stop in np.unique(np.append(np.minimum(stops, len(pieces)), len(pieces))).tolist():
+            group = pieces[start:stop]
+            self._hash(group, prefixes)
+            self._emit(group)
+            self.size += int(ends[stop - 1]) - (int(ends[start - 1]) if start else 0)
+            start = stop
         return prefixes
 
     def write_slices(self, data: np.ndarray, bounds: np.ndarray) -> list[int]:
@@ -175,13 +180,12 @@ class _HashingSink:
         self.crc = prefixes[-1]
         return prefixes
 
-    def _hash(self, group: Sequence[bytes | np.ndarray], prefixes: list[int], digest) -> None:
-        pieces = [piece if isinstance(piece, (bytes, np.ndarray)) else bytes(piece) for piece in group]
-        prefixes.extend(crc32c_prefixes(prefixes[-1], pieces)[1:])
+    def _hash(self, group: Sequence[bytes | np.ndarray], prefixes: list[int]) -> None:
+        prefixes.extend(crc32c_prefixes(prefixes[-1], group)[1:])
         self.crc = prefixes[-1]
-        if digest is not None:
-            for piece in pieces:
-                digest.update(piece)
+        if self.digest is not None:
+            for piece in group:
+                self.digest.update(piece)
 
     def _emit(self, pieces: Sequence[bytes | np.ndarray]) -> None:
         if self._fd is not None:
