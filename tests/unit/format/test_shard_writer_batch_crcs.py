@@ -155,3 +155,16 @@ def test_output_is_byte_identical_to_the_writer_before(case: str) -> None:
 if __name__ == "__main__":  # prints GOLDEN for the writer on PYTHONPATH
     for name in sorted(CASES):
         print(f'    "{name}": "{_digest(name)}",')
+
+
+def test_the_sink_reports_the_crc32c_at_every_piece_bound_empty_pieces_included() -> None:
+    from spark_webdataset.format.shard_writer import _HashingSink
+
+    stream = io.BytesIO()
+    sink = _HashingSink(stream)
+    pieces = [b"", b"", np.frombuffer(b"abc", np.uint8), b"", b"de"]
+    prefixes = sink.write_pieces(pieces)
+    assert len(prefixes) == len(pieces) + 1
+    assert slice_crcs(prefixes, [len(p) for p in pieces]).tolist() == [google_crc32c.value(bytes(p)) for p in pieces]
+    assert sink.write_pieces([b"", b""]) == [sink.crc] * 3
+    assert stream.getvalue() == b"abcde" and sink.size == 5
