@@ -265,9 +265,44 @@ def profile_case(spark: Any, args: argparse.Namespace, workdir: str, name: str, 
     files = sorted(str(p) for p in Path(profiles).glob("*.prof"))
     stats = pstats.Stats(*files)
     top = top_functions(stats, args.profile_top)
+    per_sample = phases(stats, rows)
     lines = [f"profile {name}, top by own {args.profile_clock} time:"]
     lines += [f"  {e['tottime_s']:8.3f} s own {e['cumtime_s']:8.3f} s cum {e['calls']:>8}  {e['function']}" for e in top]
-    return {"case": name, "rows": rows, "sample_bytes": size, "top": top, "note": "\n".join(lines)}
+    lines += [f"profile {name}, us a sample by phase ({args.profile_clock} clock, summed over the tasks): "
+              + ", ".join(f"{phase} {value:.2f}" for phase, value in per_sample.items())]  # fmt: skip
+    return {"case": name, "rows": rows, "sample_bytes": size, "top": top, "phases_us": per_sample, "note": "\n".join(lines)}
+
+
+# The task's phases by the functions that do them (cumulative time; a function under another
+# phase's function is counted there only): what bench/README.md's per-sample table shows.
+PHASES = {
+    "arrow hand-off": [("serializers.py", "load_stream"), ("serializers.py", "_load_stream_without_length")],
+    "encode": [("encode.py", "encode_column")],
+    "checks": [("shard_writer.py", "_check_keys"), ("shard_writer.py", "_check_samples")],
+    "headers": [("shard_writer.py", "_names"), ("shard_writer.py", "_headers")],
+    "join": [("shard_writer.py", "_joined_emitter"), ("shard_writer.py", "_direct_emitter"), ("shard_writer.py", "_pax_batch")],
+    "crc32c": [("checksums.py", "crc32c_extend"), ("checksums.py", "crc32c_prefixes"), ("checksums.py", "slice_crcs")],
+    "writes": [("shard_writer.py", "_emit")],
+    "index rows": [("sample_index.py", "task_rows"), ("keys.py", "sort_run"), ("sample_index.py", "concat_rows"),
+                   ("writer.py", "_stage_index_run")],
+}  # fmt: skip
+
+
+def phases(stats: Any, rows: int) -> dict[str, float]:
+    """µs a sample in each of PHASES and in the whole `write()` (the rest is "other")."""
+    table = stats.stats  # (file, line, function) -> (calls, primitive calls, own, cumulative, callers)
+
+    def cumulative(file: str, function: str) -> float:
+        return sum(v[3] for (f, _, name), v in table.items() if name == function and Path(f).name == file)
+
+    result = {phase: sum(cumulative(*where) for where in wheres) for phase, wheres in PHASES.items()}
+    # crc32c and writes run inside the emitters: the join is what the emitters spend besides them
+    inside = sum(v[3] for (f, _, name), v in table.items() if Path(f).name == "shard_writer.py" and name == "emit")
+    result["join"] = max(0.0, result["join"] + inside - result["crc32c"] - result["writes"])
+    total = cumulative("writer.py", "write")
+    result["other"] = max(0.0, total - sum(result.values()))
+    result["write() total"] = total
+    return {phase: round(seconds / rows * 1e6, 3) for phase, seconds in result.items()}
 
 
 def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:

@@ -158,13 +158,14 @@ def apply(version: Version, journal: Journal, token: object, lock: CommitLock) -
         raise ConcurrentCommit(
             f"{version.uri}: the manifest changed after job {journal.job_id} planned its commit; nothing of it was applied"
         )
+    listing = None
     if state is JournalState.PENDING:
         lock.check()
         if journal.overwrite and current is not None:
             # From here until the new manifest lands the directory is "not committed".
             if not storage.delete_if(version.manifest_uri, manifest_token):
                 raise ConcurrentCommit(f"{version.uri}: the manifest changed during the commit")
-        _sweep(version, journal, lock)
+        listing = _sweep(version, journal, lock)
         rename_all(version, journal, lock)
         fault_points.point("commit:renamed")
         lock.check()
@@ -172,7 +173,9 @@ def apply(version: Version, journal: Journal, token: object, lock: CommitLock) -
     fault_points.point("commit:manifest-written")
     # What the manifest no longer lists (a shard a change rewrote, the previous sample index)
     # goes once no manifest in place lists it: readers of the old manifest kept it until the swap.
-    _sweep(version, journal, lock)
+    # The directories are listed once a commit: what this second pass may remove was there
+    # before the renames (they add only files the new manifest lists).
+    _sweep(version, journal, lock, listing)
     storage.delete_if(version.journal_uri, token)
 
 
@@ -197,29 +200,39 @@ def _swap_manifest(version: Version, journal: Journal) -> None:
         raise ConcurrentCommit(f"{version.uri}: the manifest changed during the commit of job {journal.job_id}")
 
 
-def _sweep(version: Version, journal: Journal, lock: CommitLock) -> None:
+Listing = list[tuple[str, dict[str, object]]]  # (directory, its files' identities), as a sweep found them
+
+
+def _sweep(version: Version, journal: Journal, lock: CommitLock, found: Listing | None = None) -> Listing:
     """Remove what neither the journal's manifest nor the manifest in place lists: shards an
     overwrite replaces (its manifest is gone by then), leftovers of commits that never finished,
     key runs no longer needed. A committed shard (one the manifest in place lists) is never
     removed; each object goes only if it is still the one listed (after a lease check), so a
-    committer that froze here removes nothing newer."""
+    committer that froze here removes nothing newer. `found`: an earlier sweep's listing of this
+    commit, instead of listing again; returns what is left of the listing (for a later pass)."""
     storage = version.storage
     manifest = Manifest.from_json(journal.manifest)
     listed = {shard.name for shard in manifest.own_shards}  # a referenced shard's name protects nothing here
     keep = {manifest.sample_index.rsplit("/", 1)[-1]} if manifest.sample_index else set()
     lock.check()
-    found = [(directory, storage.identities(directory)) for directory in (version.uri, version.sample_index_dir_uri)]
+    if found is None:
+        found = [(directory, storage.identities(directory)) for directory in (version.uri, version.sample_index_dir_uri)]
     committed, committed_index = _in_place(version)
     listed |= committed
     keep |= committed_index
+    left: Listing = []
     for (directory, identities), unlisted in zip(
         found, (lambda name: is_shard_name(name) and name not in listed, lambda name: name not in keep)
     ):
+        rest = dict(identities)
         for name, identity in identities.items():
             if unlisted(name):
                 lock.check()
                 fault_points.point("commit:sweeping", file=name)  # a test replaces the object here: it must stay
                 storage.delete_if_identity(storage.join(directory, name), identity)
+                del rest[name]  # removed, or no longer the object listed: never tried again
+        left.append((directory, rest))
+    return left
 
 
 def _in_place(version: Version) -> tuple[set[str], set[str]]:

@@ -22,14 +22,17 @@ import contextlib
 import io
 import threading
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, Mapping
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..errors import CorruptIndex, WebDatasetError
 from .keys import key_column
 from .tar_rules import BLOCK
+
+if TYPE_CHECKING:  # imported where used: a writer task needs only the Arrow run, not parquet
+    import pyarrow.parquet as pq
 
 INDEX_KIND = "spark-webdataset-sample-index-v1"  # in the parquet file's key-value metadata
 # 8192 rows a block: a million synthetic samples (tests/unit/format/test_sample_index.py) gave a
@@ -63,10 +66,10 @@ def task_rows(keys: pa.Array, shard: int, offsets, lengths, crcs) -> pa.RecordBa
     return pa.record_batch(
         [
             pa.concat_arrays([keys.cast(pa.large_string())]),
-            pa.array([shard] * count, pa.int32()) if count else pa.array([], pa.int32()),
-            pa.array(offsets, pa.int64()),
-            pa.array(lengths, pa.int64()),
-            pa.array(crcs, pa.uint32()),
+            pa.array(np.full(count, shard, np.int32)),
+            pa.array(np.asarray(offsets, np.int64)),
+            pa.array(np.asarray(lengths, np.int64)),
+            pa.array(np.asarray(crcs, np.uint32)),
         ],
         schema=TASK_SCHEMA,
     )
@@ -96,6 +99,8 @@ def write_index(batches: Iterable[pa.RecordBatch], sink: str | BinaryIO) -> int:
     pending: list[pa.RecordBatch] = []
     buffered = 0
     rows = 0
+    import pyarrow.parquet as pq
+
     with pq.ParquetWriter(
         sink,
         INDEX_SCHEMA,
@@ -246,6 +251,8 @@ class IndexFile:
 
     def _parquet(self) -> pq.ParquetFile:
         if self._file is None:
+            import pyarrow.parquet as pq
+
             self._source = self._open_file()
             with damage_named(self.name):
                 parquet = pq.ParquetFile(self._source)
@@ -359,6 +366,8 @@ def _name_of(source: BinaryIO | bytes, name: str | None) -> str:
 def read_index(source: BinaryIO | bytes, name: str | None = None) -> pa.Table:
     """The whole index as a table (validation, the reader's key filters, tests); CorruptIndex
     naming `name` (or the stream's) if it does not read as one."""
+    import pyarrow.parquet as pq
+
     name = _name_of(source, name)
     with damage_named(name):
         table = pq.read_table(io.BytesIO(source) if isinstance(source, bytes) else source)
@@ -369,6 +378,8 @@ def read_index(source: BinaryIO | bytes, name: str | None = None) -> pa.Table:
 def index_block_rows(source: BinaryIO | bytes, name: str | None = None) -> Iterator[pa.RecordBatch]:
     """The index's rows, a block at a time (memory: one block); CorruptIndex naming `name` (or the
     stream's) if it does not read as one."""
+    import pyarrow.parquet as pq
+
     name = _name_of(source, name)
     with damage_named(name):
         parquet = pq.ParquetFile(io.BytesIO(source) if isinstance(source, bytes) else source)

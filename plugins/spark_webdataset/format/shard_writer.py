@@ -18,6 +18,7 @@ import io
 import logging
 import os
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import BinaryIO, Callable, Sequence
 
 import numpy as np
@@ -26,7 +27,7 @@ import pyarrow.compute as pc
 
 from ..errors import BadOption, InvalidField, InvalidKey, InvalidMemberName
 from . import ustar
-from .checksums import CHECKSUMS, CRC32C, SHA256, crc32c_extend, crc32c_text
+from .checksums import CHECKSUMS, CRC32C, SHA256, crc32c_prefixes, crc32c_text, slice_crcs
 from .sample_index import task_rows
 from .sizes import parse_size
 from .names import (
@@ -88,6 +89,9 @@ def _write_all(fd: int, pieces: Sequence[bytes | np.ndarray]) -> None:
     while start < len(pieces):
         group = pieces[start : start + _IOV_MAX]
         written = os.writev(fd, group)
+        if written == sum(map(len, group)):  # the usual case: no Python step a piece
+            start += len(group)
+            continue
         for piece in group:
             if written < len(piece):
                 pieces[start] = memoryview(piece)[written:]
@@ -113,35 +117,75 @@ class _HashingSink:
         self._fd = _file_descriptor(stream)
 
     def write(self, data: bytes | np.ndarray) -> None:
-        if isinstance(data, np.ndarray) and len(data) > GROUP_BYTES:  # a batch of small members, joined
-            self.write_pieces([data[at : at + GROUP_BYTES] for at in range(0, len(data), GROUP_BYTES)])
+        if isinstance(data, np.ndarray) and len(data) > GROUP_BYTES:  # a large buffer: hashed and written a group at a time
+            self.write_slices(data, np.arange(0, len(data) + GROUP_BYTES, GROUP_BYTES).clip(max=len(data)))
         else:
-            self.write_pieces((data,))
+            self.write_pieces((data if isinstance(data, (bytes, np.ndarray)) else bytes(data),))
 
-    def write_pieces(self, pieces: Sequence[bytes | np.ndarray]) -> None:
-        """Write `pieces` in order, as one stream of bytes.
+    def write_pieces(self, pieces: Sequence[bytes | np.ndarray]) -> list[int]:
+        """Write `pieces` in order, as one stream of bytes; the stream's crc32c before the first
+        piece and after each one (`crc32c_prefixes`: each piece's own crc32c follows from them).
 
         A group of about GROUP_BYTES is hashed and then written while it is
         still in the CPU cache (hashing a whole batch first, then writing it,
         read every byte from memory twice: slower in the Spark workers).
         """
-        crc = self.crc
+        prefixes = [self.crc]
+        if not pieces:
+            return prefixes
+        ends = np.fromiter(accumulate(map(len, pieces)), np.int64, len(pieces))  # in C: no Python step a piece
+        # Each group ends with the first piece that reaches the next GROUP_BYTES of the stream.
+        stops = np.searchsorted(ends, np.arange(GROUP_BYTES, int(ends[-1]) + GROUP_BYTES, GROUP_BYTES), side="left") + 1
+        start = 0
+        for stop in np.unique(np.append(np.minimum(stops, len(pieces)), len(pieces))).tolist():
+            group = pieces[start:stop]
+            self._hash(group, prefixes)
+            self._emit(group)
+            self.size += int(ends[stop - 1]) - (int(ends[start - 1]) if start else 0)
+            start = stop
+        return prefixes
+
+    def write_slices(self, data: np.ndarray, bounds: np.ndarray) -> list[int]:
+        """Write `data[bounds[0]:bounds[-1]]`, a group of about GROUP_BYTES at a time, each group
+        one contiguous write; the stream's crc32c at every bound (as `write_pieces`)."""
+        prefixes = [self.crc]
         digest = self.digest
-        group_start = 0
-        group_bytes = 0
-        for index, piece in enumerate(pieces):
-            crc = crc32c_extend(crc, piece)
+        count = len(bounds) - 1
+        if count <= 0:
+            return prefixes
+        lengths = np.diff(bounds)
+        first = int(bounds[0])
+        # Group ends: the first bound at or past each GROUP_BYTES step (one slice a group at least).
+        steps = np.arange(first + GROUP_BYTES, int(bounds[-1]) + GROUP_BYTES, GROUP_BYTES)
+        ends = np.unique(np.minimum(np.searchsorted(bounds, steps, side="left"), count)).tolist()
+        start = 0
+        starts = bounds[:-1].tolist()
+        stops = bounds[1:].tolist()
+        uniform = bool(count) and int(lengths.min()) == int(lengths.max()) and int(lengths[0]) > 0
+        for end in ends:
+            if end <= start:
+                continue
+            low, high = starts[start], stops[end - 1]
+            if uniform:  # equal slices: the rows of a 2-D view, iterated in C
+                prefixes.extend(crc32c_prefixes(prefixes[-1], data[low:high].reshape(end - start, -1))[1:])
+            else:
+                prefixes.extend(
+                    crc32c_prefixes(prefixes[-1], map(data.__getitem__, map(slice, starts[start:end], stops[start:end])))[1:]
+                )
             if digest is not None:
-                digest.update(piece)
-            group_bytes += len(piece)
-            if group_bytes >= GROUP_BYTES:
-                self._emit(pieces[group_start : index + 1])
-                self.size += group_bytes
-                group_start, group_bytes = index + 1, 0
-        if group_start < len(pieces):
-            self._emit(pieces[group_start:])
-            self.size += group_bytes
-        self.crc = crc
+                digest.update(data[low:high])
+            self._emit((data[low:high],))
+            self.size += high - low
+            start = end
+        self.crc = prefixes[-1]
+        return prefixes
+
+    def _hash(self, group: Sequence[bytes | np.ndarray], prefixes: list[int]) -> None:
+        prefixes.extend(crc32c_prefixes(prefixes[-1], group)[1:])
+        self.crc = prefixes[-1]
+        if self.digest is not None:
+            for piece in group:
+                self.digest.update(piece)
 
     def _emit(self, pieces: Sequence[bytes | np.ndarray]) -> None:
         if self._fd is not None:
@@ -333,9 +377,8 @@ class ShardWriter:
         )
         offsets, data = _binary_parts(joined)
 
-        def emit(start: int, stop: int, sink: _HashingSink) -> list[int]:
-            sink.write(data[offsets[start] : offsets[stop]])
-            return [crc32c_extend(0, data[a:b]) for a, b in zip(offsets[start:stop].tolist(), offsets[start + 1 : stop + 1].tolist())]
+        def emit(start: int, stop: int, sink: _HashingSink) -> Sequence[int]:
+            return sink.write_slices(data, offsets[start : stop + 1])
 
         return emit
 
@@ -344,7 +387,7 @@ class ShardWriter:
         valid = [column.is_valid().to_numpy(zero_copy_only=False) for column in columns]
         zeros = self._zeros
 
-        def emit(start: int, stop: int, sink: _HashingSink) -> list[int]:
+        def emit(start: int, stop: int, sink: _HashingSink) -> Sequence[int]:
             # Views into the Arrow buffers and the header rows, handed to the sink together: no copy.
             fields = [
                 (header_rows, data, offsets[start : stop + 1].tolist(), (-sizes[start:stop] % ustar.BLOCK).tolist(),
@@ -353,21 +396,16 @@ class ShardWriter:
             ]  # fmt: skip
             pieces: list[np.ndarray] = []
             add = pieces.append
-            crcs = []
+            bounds = [0]
             for index in range(stop - start):
-                crc = 0
                 for header_rows, data, ends, pads, present in fields:
                     if present[index]:
-                        header, payload = header_rows[start + index], data[ends[index] : ends[index + 1]]
-                        add(header)
-                        add(payload)
-                        crc = crc32c_extend(crc32c_extend(crc, header), payload)
+                        add(header_rows[start + index])
+                        add(data[ends[index] : ends[index + 1]])
                         if pads[index]:
                             add(zeros[: pads[index]])
-                            crc = crc32c_extend(crc, zeros[: pads[index]])
-                crcs.append(crc)
-            sink.write_pieces(pieces)
-            return crcs
+                bounds.append(len(pieces))
+            return np.array(sink.write_pieces(pieces), dtype=np.uint32)[bounds]
 
         return emit
 
@@ -392,10 +430,8 @@ class ShardWriter:
             blobs.append(b"".join(members))
         sizes = np.array([len(blob) for blob in blobs], dtype=np.int64)
 
-        def emit(start: int, stop: int, sink: _HashingSink) -> list[int]:
-            for blob in blobs[start:stop]:
-                sink.write(blob)
-            return [crc32c_extend(0, blob) for blob in blobs[start:stop]]
+        def emit(start: int, stop: int, sink: _HashingSink) -> Sequence[int]:
+            return sink.write_pieces(blobs[start:stop])
 
         return sizes, emit
 
@@ -463,8 +499,10 @@ class ShardWriter:
                 take = 1
                 shard.oversize = True
             stop = start + take
-            crcs = emit(start, stop, shard.sink)
+            # The shard's crc32c at every sample's bounds; each byte is hashed once, and a sample's own
+            # crc32c follows from the crc32c before and after it (checksums.slice_crcs).
             lengths = sample_sizes[start:stop]
+            crcs = slice_crcs(emit(start, stop, shard.sink), lengths)
             offsets = used + (ends[start:stop] - lengths - before)
             self.index_rows.append(task_rows(keys.slice(start, take), len(self.shards), offsets, lengths, crcs))
             if not shard.samples:
