@@ -211,7 +211,7 @@ def _sweep(version: Version, journal: Journal, lock: CommitLock, found: Listing 
     committer that froze here removes nothing newer. `found`: an earlier sweep's listing of this
     commit, instead of listing again; returns what is left of the listing (for a later pass)."""
     storage = version.storage
-    manifest = Manifest.from_json(journal.manifest)
+    manifest = journal.parsed_manifest
     listed = {shard.name for shard in manifest.own_shards}  # a referenced shard's name protects nothing here
     keep = {manifest.sample_index.rsplit("/", 1)[-1]} if manifest.sample_index else set()
     lock.check()

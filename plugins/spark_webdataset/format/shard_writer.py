@@ -25,11 +25,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import BadOption, InvalidField, InvalidKey, InvalidMemberName
+from ..errors import InvalidField, InvalidKey, InvalidMemberName
 from . import ustar
-from .checksums import CHECKSUMS, CRC32C, SHA256, crc32c_prefixes, crc32c_text, slice_crcs
+from .checksums import CRC32C, SHA256, crc32c_prefixes, crc32c_text, slice_crcs
 from .sample_index import task_rows
-from .sizes import parse_size
 from .names import (
     INVALID_KEY_PATTERN,
     USTAR_NAME_BYTES,
@@ -212,24 +211,6 @@ def _binary_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return offsets, data
 
 
-def parse_max_shard_bytes(value: str | int, name: str = "maxShardBytes") -> int:
-    """The shard cap from what a person wrote ("3GiB", 1048576): the one parser and rule of it.
-
-    The writer's option, the jobs' argument and a dataset config's field all
-    go through here; `name` is the one the error names. Raises BadOption.
-    """
-    try:
-        size = parse_size(value, name)
-    except ValueError as error:
-        raise BadOption(str(error)) from None
-    if size < MIN_SHARD_BYTES:
-        raise BadOption(
-            f"option {name}={value} is smaller than one tar header plus the "
-            f"end-of-archive blocks ({MIN_SHARD_BYTES} bytes)"
-        )
-    return size
-
-
 class ShardWriter:
     """Writes samples to shards `open_shard(0)`, `open_shard(1)`, ...
 
@@ -247,11 +228,7 @@ class ShardWriter:
         allow_pax: bool = False,
         checksum: str = CRC32C,
     ) -> None:
-        if checksum not in CHECKSUMS:
-            raise BadOption(f"option checksum={checksum!r} must be one of {', '.join(CHECKSUMS)}")
-        parse_max_shard_bytes(max_shard_bytes)  # the cap's one rule (a caller may pass any int)
-        if max_samples_per_shard is not None and max_samples_per_shard < 1:
-            raise BadOption(f"option maxSamplesPerShard={max_samples_per_shard} must be at least 1")
+        # checksum, the cap and the sample count are options: spark/options.py (build_rules) checked them
         for name in fields:
             problem = field_error(name) or field_name_error(name, allow_pax)
             if problem:
