@@ -57,6 +57,20 @@ def test_a_key_range_read_over_two_index_rows_on_the_same_bytes_is_corrupt_index
     assert index_path(version).name in str(error)
 
 
+# spark/reader.py selected_samples: `entry = check_entry(Entry(*row), sizes, index.name)` -> `entry = Entry(*row)`
+# (test_reader_checks' row of length 2**40 is still caught there, by the overlap check with the next
+# row; a range of that one row is not)
+
+
+@pytest.mark.parametrize("damage", [{"length": 2**40}, {"offset": 2**40}], ids=["length", "offset"])
+def test_a_key_range_read_of_one_row_out_of_its_shard_is_corrupt_index_naming_it(spark, tmp_path: Path, damage) -> None:
+    version = _version(tmp_path / "root")
+    rewrite_rows(version, set_row("00007", **damage))
+    error, raw = _typed(lambda: _read(spark, version, keyMin="00007", keyMax="00007").collect())
+    assert isinstance(error, CorruptIndex), raw
+    assert "'00007'" in str(error) and index_path(version).name in str(error)
+
+
 # spark/reader.py _SampleChecks.finish: `if self.at < len(self.run)` -> `if self.at < len(self.run) - 1`
 
 

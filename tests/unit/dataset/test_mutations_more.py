@@ -99,3 +99,16 @@ def test_a_locker_that_waited_on_a_lock_file_since_removed_locks_the_one_at_the_
     finally:
         leave.set()
         thread.join(30)
+
+
+# dataset/layout.py normalize_uri: `(part == "." and (anchor or position > 0))` -> `(part == "." and anchor)`
+
+
+@pytest.mark.parametrize("uri", ["ds/./versions/v1", "ds/versions/./v1", "./ds/./versions/v1"])
+def test_a_relative_path_with_a_dot_part_past_its_start_is_refused(tmp_path: Path, monkeypatch, uri: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    for call in (lambda: Version.at(uri), lambda: Dataset(uri)):
+        with pytest.raises(InputError, match="'.' path part"):
+            call()
+    assert Version.at("./ds/versions/v1").id == "v1"  # a leading "./" is the one allowed
+    assert list(tmp_path.iterdir()) == []
