@@ -128,7 +128,9 @@ class PromiseModel:
             return Outcome(ERROR, SEALED, "write into a published version"), None
         if s.retired:  # refused while gc's mark or files are there; a fresh version once all is gone
             outcome, after = self._expect_write(VersionState(), version, rows, overwrite, parent, change, retyped)
-            return (Outcome(EITHER, outcome.error, "a retired id") if outcome.kind == OK else outcome), after
+            if outcome.kind == OK:
+                return Outcome(EITHER, outcome.error, "a retired id"), after
+            return Outcome(ERROR, ANY, f"{outcome.why}; or refused as retired while gc's files are there"), None
         outcome, after = self._expect_write(s, version, rows, overwrite, parent, change, retyped)
         if outcome.kind == OK and after is not None and after.parent is not None and self.is_tampered(after.parent):
             return Outcome(EITHER, ANY, "the parent was tampered with"), after

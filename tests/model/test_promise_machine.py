@@ -728,6 +728,8 @@ def _run(env, spark) -> None:
             except Exception as failure:  # noqa: BLE001 - a soak reports every failure and goes on
                 failures.append(failure)
                 steps = "\n".join(getattr(failure, "__notes__", []))
+                for inner in getattr(failure, "exceptions", ()):  # a FlakyFailure's first and later runs
+                    steps += f"\n  sub-exception {type(inner).__name__}: {str(inner)[:800]}"
                 _report(f"FAILURE {len(failures)} on {env.name}: {type(failure).__name__}: {str(failure)[:1500]}\n{steps}")
         assert not failures, f"{len(failures)} failures; see the report above"
     finally:

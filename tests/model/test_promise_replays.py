@@ -191,3 +191,14 @@ def test_validate_require_checks_the_samples_a_child_references(env) -> None:
         ("release", dict(version="v2", rows={"k08": ("bin", b"8")}, parent="LATEST", change=None, date="2026-02-01")),
         ("validate", dict(version="v2", require=True)),
     ])  # fmt: skip
+
+
+# Found by the soak on GCS (model, not product): a write refused for a duplicate key into an id gc
+# retired may be refused as sealed first, while gc's files are there; the model accepts either refusal
+def test_a_refused_write_into_a_retired_id_is_a_typed_error(env) -> None:
+    replay(env, [
+        ("release", dict(version="v1", rows={"k00": ("a", None)}, parent=None, change=None, date="2026-01-01")),
+        ("release", dict(version="v5", rows={"k03": ("b", None)}, parent="LATEST", change=None, date="2026-02-01")),
+        ("gc", dict(keep_last=1, keep_days=0.0, min_age_zero=True, dry_run=False)),
+        ("release", dict(version="v1", rows={"k00": ("c", None)}, parent="LATEST", change=None, date="2026-04-01")),
+    ])  # fmt: skip
