@@ -35,7 +35,7 @@ from urllib.parse import quote
 from google_crc32c import extend as _crc32c_extend
 
 from ..errors import MissingCredentials, PreconditionFailed, StorageError
-from .base import Storage, StoredObject
+from .base import RangeFile, Storage, StoredObject
 
 # A multipart part: a task's worker holds about one (the buffer) plus the request's copy. S3's
 # minimum part is 5 MiB; 8 MiB matches the gs:// chunk.
@@ -325,36 +325,6 @@ class _UploadStream(io.BufferedWriter):
         return None
 
 
-class RangeReader(io.RawIOBase):
-    """A seekable read stream of ranged GETs of READ_BYTES; a seek skips without downloading."""
-
-    def __init__(self, storage: S3Storage, path: str, size: int) -> None:
-        self.storage, self.path, self.size, self.position = storage, path, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
-        self.position = max(0, base + offset)
-        return self.position
-
-    def readinto(self, buffer) -> int:  # type: ignore[override]
-        want = min(len(buffer), self.size - self.position)
-        if want <= 0:
-            return 0
-        data = self.storage.read_range(self.path, self.position, want)
-        memoryview(buffer).cast("B")[: len(data)] = data
-        self.position += len(data)
-        return len(data)
-
-
 class S3Storage(Storage):
     # A rename is three requests and a delete: latency-bound, so the commit runs many at once.
     rename_threads = 16
@@ -405,7 +375,7 @@ class S3Storage(Storage):
         head = self._head(path)
         if head is None:
             raise StorageError(f"{path}: no such object")
-        return io.BufferedReader(RangeReader(self, path, int(head["content-length"])), buffer_size=PART_BYTES)  # type: ignore[return-value]
+        return io.BufferedReader(RangeFile(self, path, int(head["content-length"])), buffer_size=PART_BYTES)  # type: ignore[return-value]
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
         """One GET with a Range header, no metadata request."""
