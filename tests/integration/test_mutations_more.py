@@ -103,7 +103,7 @@ def _one_sample_shard_of(root: Path, total: int) -> Path:
 
 
 def test_a_shard_of_exactly_one_parse_chunk_with_bytes_appended_is_a_checksum_mismatch(spark, tmp_path: Path) -> None:
-    from spark_webdataset.format.fast_scan import CHUNK_BYTES
+    from spark_webdataset.format.fast_read import CHUNK_BYTES
 
     version = _one_sample_shard_of(tmp_path / "root", CHUNK_BYTES)
     shard = version / "shard-000000.tar"

@@ -168,7 +168,7 @@ PARAMS = st.fixed_dictionaries(
         "source_format": TEXT,
         "key": TEXT,
         "fields": st.lists(TEXT, max_size=3),
-        "max_shard_bytes": TEXT,
+        "max_shard_bytes": st.one_of(st.sampled_from(["64MiB", "1GiB", "3000000"]), TEXT),  # plan checks it now
         "max_samples_per_shard": st.one_of(st.none(), st.integers(1, 2**40)),
         "order": st.sampled_from(ORDERS),
         "parent": PARAM_TEXT,
