@@ -142,6 +142,19 @@ def _gopen_gs(url: str, mode: str = "rb", bufsize: int = 8192):
     return io.BytesIO(storage_for(url).read_bytes(url))
 
 
+def _payload_byte(shard: bytes, pick: int) -> int:
+    """The offset of a payload byte of one of the shard's non-empty members (a flip in padding would
+    leave every sample's bytes as they were); the first header's last byte if no member has any."""
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(shard), mode="r:") as archive:
+        members = [m for m in archive.getmembers() if m.size > 0]
+    if not members:
+        return 511
+    member = members[pick % len(members)]
+    return member.offset_data + (pick // len(members)) % member.size
+
+
 def _fields(sample: dict) -> dict[str, bytes]:
     return {k: _as_bytes(v) for k, v in sample.items() if not k.startswith("__") and v is not None}
 
@@ -633,7 +646,7 @@ class PromiseMachine(RuleBasedStateMachine):
         relative = f"{prefix}/{name}"
         data = self.env.read(relative)
         if what == "flip":
-            at = 512 + (pick % 3)  # the first member's payload (txt: at least 1 byte? else its padding)
+            at = _payload_byte(data, pick)
             data = data[:at] + bytes([data[at] ^ 0x20]) + data[at + 1 :]
             self.env.write(relative, data)
         elif what in ("truncate", "index-truncate"):

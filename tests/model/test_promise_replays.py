@@ -202,3 +202,13 @@ def test_a_refused_write_into_a_retired_id_is_a_typed_error(env) -> None:
         ("gc", dict(keep_last=1, keep_days=0.0, min_age_zero=True, dry_run=False)),
         ("release", dict(version="v1", rows={"k00": ("c", None)}, parent="LATEST", change=None, date="2026-04-01")),
     ])  # fmt: skip
+
+
+# The machine's flip now lands in a member's payload (at a fixed offset it often hit an empty member's
+# padding, so a mutant open() that skips crc32c went unseen): this sequence fails with that mutant
+def test_a_flipped_payload_byte_is_never_read_back(env) -> None:
+    replay(env, [
+        ("release", dict(version="v1", rows={"k00": ("", b"xyz"), "k01": ("ab", None), "k02": ("", None)}, parent=None,
+                         change=None, date="2026-01-01")),
+        ("tamper", dict(version="v1", what="flip", pick=1)),
+    ])  # fmt: skip
