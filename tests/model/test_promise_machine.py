@@ -307,9 +307,10 @@ class PromiseMachine(RuleBasedStateMachine):
                 return broken("race-start", True, f"race: job A refused at its start ({type(error).__name__}: {error}); the model expects success")
             self.write(version, rows_b, overwrite_b, parent, change_b, 1)
             return
-        moved_before = self.model.state(version).commits
+        state_before = self.model.state(version)
         self.write(version, rows_b, overwrite_b, parent, change_b, 1)
-        moved = self.model.state(version).commits != moved_before
+        # a commit replaces the state (`_committed`); a count would miss B re-creating a retired id at 1
+        moved = self.model.state(version) is not state_before
         effective = change_a if self.model.resolve_parent(parent)[0] is not None else None  # no parent: a full build, an append
         outcome = self.model.racing_outcome(overwrite_a, effective) if moved else None
         after = None
