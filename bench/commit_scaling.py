@@ -97,7 +97,7 @@ def commit_contender(uri: str, shards: int, threads: int, stage_threads: int, se
         phases: dict[str, float] = {}
         # the two phases that scale with the shard count, timed where commit_job looks them up
         saved = {
-            (commit_module, "_merge_index"): commit_module._merge_index,
+            (commit_module.CommitPlan, "merge_index"): commit_module.CommitPlan.merge_index,
             (journal_module, "rename_all"): journal_module.rename_all,
         }
 

@@ -13,6 +13,18 @@ from ..errors import PreconditionFailed, StorageError
 __all__ = ["PreconditionFailed", "Storage", "StorageError", "StoredObject"]
 
 
+def split_bucket(uri: str, scheme: str) -> tuple[str, str]:
+    """(bucket, object name) of `scheme://bucket/name`: the one parse of a cloud URI."""
+    prefix = f"{scheme}://"
+    if not uri.startswith(prefix):
+        article = "an" if scheme[0] in "aefhilmnorsx" else "a"  # spelled out: "an s3://", "a gs://"
+        raise StorageError(f"{uri}: not {article} {prefix} URI")
+    bucket, _, name = uri[len(prefix) :].partition("/")
+    if not bucket:
+        raise StorageError(f"{uri}: no bucket")
+    return bucket, name
+
+
 @dataclass(frozen=True)
 class StoredObject:
     """What a listing says of one object: its size, its identity (`identities`) and the server's

@@ -16,7 +16,7 @@ import os
 from typing import BinaryIO
 
 from ..errors import MissingCredentials, PreconditionFailed, StorageError
-from .base import Storage, StoredObject
+from .base import Storage, StoredObject, split_bucket
 
 # Resumable upload chunk. A task's worker holds about two (BlobWriter's buffer, the chunk copy it
 # sends): 16 MiB put a worker writing 1 MiB samples at ~320 MiB to gs:// against ~265 MiB to local
@@ -27,12 +27,7 @@ HTTP_POOL_CONNECTIONS = 32  # per host: at least GCSStorage.rename_threads, with
 
 
 def split(uri: str) -> tuple[str, str]:
-    if not uri.startswith("gs://"):
-        raise StorageError(f"{uri}: not a gs:// URI")
-    bucket, _, name = uri[len("gs://") :].partition("/")
-    if not bucket:
-        raise StorageError(f"{uri}: no bucket")
-    return bucket, name
+    return split_bucket(uri, "gs")
 
 
 def _sized_pool(client):

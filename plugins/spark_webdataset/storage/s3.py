@@ -35,7 +35,7 @@ from urllib.parse import quote
 from google_crc32c import extend as _crc32c_extend
 
 from ..errors import MissingCredentials, PreconditionFailed, StorageError
-from .base import RangeFile, Storage, StoredObject
+from .base import RangeFile, Storage, StoredObject, split_bucket
 
 # A multipart part: a task's worker holds about one (the buffer) plus the request's copy. S3's
 # minimum part is 5 MiB; 8 MiB matches the gs:// chunk.
@@ -51,12 +51,7 @@ UNSIGNED = "UNSIGNED-PAYLOAD"  # the body's integrity is the crc32c header, chec
 
 
 def split(uri: str) -> tuple[str, str]:
-    if not uri.startswith("s3://"):
-        raise StorageError(f"{uri}: not an s3:// URI")
-    bucket, _, key = uri[len("s3://") :].partition("/")
-    if not bucket:
-        raise StorageError(f"{uri}: no bucket")
-    return bucket, key
+    return split_bucket(uri, "s3")
 
 
 @dataclass(frozen=True)
