@@ -269,3 +269,49 @@ def test_a_writer_that_fails_leaves_no_object_and_no_upload(s3_bucket: str) -> N
         assert not storage.exists(path)
     uploads = client().request("GET", bucket, query={"uploads": ""})
     assert uploads.status == 200 and b"<UploadId>" not in uploads.body, uploads.body
+
+
+def _requests_sent(monkeypatch) -> list[tuple[str, str]]:
+    """Every request's verb and query, as sent to the real server (a spy: each still goes out)."""
+    sent: list[tuple[str, str]] = []
+    request = s3_module.S3Client.request
+
+    def spy(self, verb, bucket, key="", **kwargs):
+        sent.append((verb, "&".join(sorted(kwargs.get("query") or {}))))
+        return request(self, verb, bucket, key, **kwargs)
+
+    monkeypatch.setattr(s3_module.S3Client, "request", spy)
+    return sent
+
+
+def test_a_rename_completes_its_upload_once_and_nothing_completes_it_again(s3_bucket, monkeypatch) -> None:
+    """The copy's upload was once held by a writer object whose finalizer completed it again,
+    whenever the collector ran: after another committer replaced the target, that completion
+    failed with a 5xx and was retried for minutes (a frozen committer's test hung on it)."""
+    import gc
+
+    storage = storage_for(s3_bucket)
+    source, target = storage.join(s3_bucket, "staged.tar"), storage.join(s3_bucket, "shard-000000.tar")
+    storage.write_atomic(source, b"shard bytes" * 1000)
+    sent = _requests_sent(monkeypatch)
+    storage.rename_new(source, target)
+    gc.collect()
+    completions = [request for request in sent if request == ("POST", "uploadId")]
+    assert completions == [("POST", "uploadId")], sent
+    assert storage.read_bytes(target) == b"shard bytes" * 1000
+
+
+def test_a_stream_dropped_unclosed_completes_nothing(s3_bucket: str, monkeypatch) -> None:
+    """A writer that is dropped (its task died outside a `with`) leaves no partial object:
+    IOBase's finalizer closes a stream, and closing completes an upload."""
+    import gc
+
+    storage = storage_for(s3_bucket)
+    path = storage.join(s3_bucket, "dropped.tar")
+    stream = storage.open_write(path)
+    stream.write(b"x" * (PART_BYTES + 5))  # one part sent: an upload is open
+    sent = _requests_sent(monkeypatch)
+    del stream
+    gc.collect()
+    assert not storage.exists(path)
+    assert ("POST", "uploadId") not in sent and ("PUT", "partNumber&uploadId") not in sent, sent

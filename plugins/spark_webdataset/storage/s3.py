@@ -253,6 +253,8 @@ class MultipartWriter(io.RawIOBase):
 
     def write(self, data) -> int:  # type: ignore[override]
         view = memoryview(data).cast("B")
+        if self.aborted:
+            return len(view)  # the stream's close flushes its buffer here: an aborted upload takes none of it
         self.buffer += view
         while len(self.buffer) >= PART_BYTES:
             self._send_part(bytes(self.buffer[:PART_BYTES]))
@@ -260,19 +262,12 @@ class MultipartWriter(io.RawIOBase):
         return len(view)
 
     def _send_part(self, data: bytes) -> None:
-        s3 = client()
         if self.upload_id is None:
-            response = s3.request(
-                "POST", self.bucket, self.key, query={"uploads": ""},
-                headers={"x-amz-checksum-algorithm": "CRC32C", "x-amz-checksum-type": "FULL_OBJECT"},
-            )
-            if response.status != 200:
-                raise _failure(self.path, "CreateMultipartUpload", response)
-            self.upload_id = _xml(response.body).findtext("{*}UploadId")
+            self.upload_id = self.storage._create_upload(self.path)
         number = len(self.parts) + 1
         self.crc = _crc32c_extend(self.crc, data)  # of the whole object, part after part
         headers = _crc_headers(data)
-        response = s3.request(
+        response = client().request(
             "PUT", self.bucket, self.key, query={"partNumber": str(number), "uploadId": self.upload_id or ""},
             headers=headers, body=data,
         )
@@ -302,13 +297,21 @@ class MultipartWriter(io.RawIOBase):
 
     def abort(self) -> None:
         if self.upload_id is not None:
-            client().request("DELETE", self.bucket, self.key, query={"uploadId": self.upload_id})
+            self.storage._abort_upload(self.path, self.upload_id)
             self.upload_id = None
+
+    def __del__(self) -> None:
+        # Dropped without close(): IOBase's finalizer would close, and so complete, a partial
+        # upload, with no lock or lease around it. An upload never completed is no object (the
+        # bucket's AbortIncompleteMultipartUpload rule reclaims its parts: docs/s3.md).
+        self.aborted = True
+        super().__del__()
 
 
 class _UploadStream(io.BufferedWriter):
-    """Closing completes the upload; leaving a `with` block by an exception aborts it instead, so a
-    failed writer never leaves a partial object under its name."""
+    """Closing completes the upload; leaving a `with` block by an exception aborts it instead, and
+    a stream dropped unclosed completes nothing: a failed writer never leaves a partial object
+    under its name."""
 
     def __exit__(self, kind, value, traceback):
         if kind is None:
@@ -318,6 +321,10 @@ class _UploadStream(io.BufferedWriter):
         raw.aborted = True  # type: ignore[attr-defined]
         self.close()
         return None
+
+    def __del__(self) -> None:
+        self.raw.aborted = True  # type: ignore[attr-defined]  # never completed by a finalizer (see MultipartWriter)
+        super().__del__()
 
 
 class S3Storage(Storage):
@@ -335,6 +342,22 @@ class S3Storage(Storage):
         if response.status not in (200, 412):
             raise _failure(path, "PutObject", response)
         return response
+
+    def _create_upload(self, path: str) -> str:
+        """CreateMultipartUpload with a whole-object crc32c; its upload id."""
+        bucket, key = split(path)
+        response = client().request(
+            "POST", bucket, key, query={"uploads": ""},
+            headers={"x-amz-checksum-algorithm": "CRC32C", "x-amz-checksum-type": "FULL_OBJECT"},
+        )  # fmt: skip
+        upload_id = _xml(response.body).findtext("{*}UploadId") if response.status == 200 else None
+        if not upload_id:
+            raise _failure(path, "CreateMultipartUpload", response)
+        return upload_id
+
+    def _abort_upload(self, path: str, upload_id: str) -> None:
+        bucket, key = split(path)
+        client().request("DELETE", bucket, key, query={"uploadId": upload_id})
 
     def _complete(self, path: str, upload_id: str, parts: list[tuple[int, str, str]], crc: str, if_none_match: bool) -> None:
         bucket, key = split(path)
@@ -504,22 +527,16 @@ class S3Storage(Storage):
             raise StorageError(f"{source}: no such object")
         size = int(source_head["content-length"])
         source_bucket, source_key = split(source)
-        writer = MultipartWriter(self, target, if_none_match=True)
-        s3 = client()
-        response = s3.request(
-            "POST", writer.bucket, writer.key, query={"uploads": ""},
-            headers={"x-amz-checksum-algorithm": "CRC32C", "x-amz-checksum-type": "FULL_OBJECT"},
-        )
-        if response.status != 200:
-            raise _failure(target, "CreateMultipartUpload", response)
-        writer.upload_id = _xml(response.body).findtext("{*}UploadId")
+        target_bucket, target_key = split(target)
+        upload_id = self._create_upload(target)
+        parts: list[tuple[int, str, str]] = []
         try:
             for number, start in enumerate(range(0, max(size, 1), COPY_PART_BYTES), start=1):
                 headers = {"x-amz-copy-source": f"/{source_bucket}/{quote(source_key, safe='/-_.~')}"}
                 if size:
                     headers["x-amz-copy-source-range"] = f"bytes={start}-{min(size, start + COPY_PART_BYTES) - 1}"
-                response = s3.request(
-                    "PUT", writer.bucket, writer.key, query={"partNumber": str(number), "uploadId": writer.upload_id or ""},
+                response = client().request(
+                    "PUT", target_bucket, target_key, query={"partNumber": str(number), "uploadId": upload_id},
                     headers=headers,
                 )
                 if response.status != 200:
@@ -527,10 +544,10 @@ class S3Storage(Storage):
                 result = _xml(response.body)
                 etag = result.findtext("{*}ETag") or response.headers.get("etag", "")
                 part_crc = result.findtext("{*}ChecksumCRC32C") or response.headers.get("x-amz-checksum-crc32c", "")
-                writer.parts.append((number, etag, part_crc))
-            self._complete(target, writer.upload_id or "", writer.parts, source_head.get("x-amz-checksum-crc32c", ""), True)
+                parts.append((number, etag, part_crc))
+            self._complete(target, upload_id, parts, source_head.get("x-amz-checksum-crc32c", ""), True)
         except BaseException:
-            writer.abort()
+            self._abort_upload(target, upload_id)
             raise
         target_head = self._head(target) or {}
         if (target_head.get("content-length"), target_head.get("x-amz-checksum-crc32c")) != (
