@@ -50,7 +50,7 @@ def quick(args: argparse.Namespace) -> None:
 def stage(uri: str, shards: int, threads: int) -> tuple[Any, list[Any]]:
     """A writer and the commit messages of `shards` task attempts, one tiny shard and index run each."""
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
-    from spark_webdataset.dataset.layout import STAGED_INDEX_NAME, staged_shard_name
+    from spark_webdataset.dataset.tree import STAGED_INDEX_NAME, staged_shard_name
     from spark_webdataset.format.checksums import crc32c_extend, crc32c_text
     from spark_webdataset.format.sample_index import TASK_SCHEMA
     from spark_webdataset.format.shard_writer import ShardInfo

@@ -163,7 +163,12 @@ KINDS = ("shards", "sample index", "manifest", "validation", "shardindex.json", 
 
 def kind(path: str) -> str:
     """What a file under a root is, by its name."""
-    from spark_webdataset.dataset.layout import MANIFEST_NAME, SAMPLE_INDEX_DIR, SHARD_INDEX_NAME, VALIDATION_NAME
+    from spark_webdataset.dataset.tree import (
+        MANIFEST_NAME,
+        SAMPLE_INDEX_DIR,
+        SHARD_INDEX_NAME,
+        VALIDATION_NAME,
+    )
 
     name = path.rsplit("/", 1)[-1]
     if name.endswith(".tar"):

@@ -59,7 +59,7 @@ def quick(args: argparse.Namespace) -> None:
 
 def build_version(directory: Path, samples: int, payload: int, shards: int) -> dict[str, Any]:
     """`samples` samples (`bin` of `payload` random bytes, `cls` int) as `shards` shards + manifest."""
-    from spark_webdataset.dataset.layout import MANIFEST_NAME, sample_index_path, shard_name
+    from spark_webdataset.dataset.tree import MANIFEST_NAME, sample_index_path, shard_name
     from spark_webdataset.format.encode import encode_column
     from spark_webdataset.format.sample_index import INDEX_SCHEMA, TASK_SCHEMA, concat_rows, write_index
     from spark_webdataset.format.manifest import Manifest, ShardEntry
@@ -122,7 +122,7 @@ def read_and_hash(paths: list[str], processes: int) -> int:
 def per_shard_check(uri: str) -> tuple[str, Callable[[], None]]:
     """What validate_version runs per shard, on the first shard: check_shard if the package has
     it (the fast scan with the exact parser as fallback), else verify_shard."""
-    from spark_webdataset.dataset.layout import MANIFEST_NAME
+    from spark_webdataset.dataset.tree import MANIFEST_NAME
     from spark_webdataset.format import verify
     from spark_webdataset.format.manifest import Manifest
 

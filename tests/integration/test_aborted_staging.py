@@ -16,7 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from spark_webdataset.dataset.layout import LEASE_NAME, Version
+from spark_webdataset.dataset.layout import Version
+from spark_webdataset.dataset.tree import LEASE_NAME
 from spark_webdataset.dataset.staging import clean_dead_staging, live_jobs
 from spark_webdataset.errors import NotCommitted
 from spark_webdataset.spark.options import WriteOptions

@@ -22,7 +22,7 @@ import pytest
 from tests.support.helpers import crc32c_text
 
 from spark_webdataset.errors import BadOption, ChecksumMismatch, from_spark
-from spark_webdataset.dataset.layout import STAGED_INDEX_NAME
+from spark_webdataset.dataset.tree import STAGED_INDEX_NAME
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.dataset.validate import validate_version

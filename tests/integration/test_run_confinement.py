@@ -13,7 +13,7 @@ import pytest
 from tests.support.dataset_dags import write_config
 from spark_webdataset.airflow.configs import load_folder
 from spark_webdataset.errors import NestedDatasetRoot, from_spark
-from spark_webdataset.dataset.layout import ROOT_RULE, check_dataset_root
+from spark_webdataset.dataset.paths import ROOT_RULE, check_dataset_root
 from tests.support.dataset_dags import DAY
 from tests.support.helpers import snapshot_files
 

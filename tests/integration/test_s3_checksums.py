@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from spark_webdataset.dataset.layout import STAGED_INDEX_NAME
+from spark_webdataset.dataset.tree import STAGED_INDEX_NAME
 from spark_webdataset.errors import ChecksumMismatch, from_spark
 from spark_webdataset.storage import storage_for
 from spark_webdataset import fault_points as faults

@@ -30,7 +30,8 @@ from tests.support.fenced_committer import commit_samples, published
 from tests.support.helpers import snapshot_files
 
 from spark_webdataset import cli
-from spark_webdataset.dataset.layout import Dataset, Version, check_dataset_root, check_version_id
+from spark_webdataset.dataset.layout import Dataset, Version
+from spark_webdataset.dataset.paths import check_dataset_root, check_version_id
 from spark_webdataset.errors import InvalidVersionId, WebDatasetError
 
 ASCII_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_webdataset.dataset.layout import WRITER_MARK, Dataset, sample_index_path, shard_name
+from spark_webdataset.dataset.layout import Dataset
+from spark_webdataset.dataset.tree import WRITER_MARK, sample_index_path, shard_name
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.format.encode import encode_column

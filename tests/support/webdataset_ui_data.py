@@ -12,12 +12,13 @@ from pathlib import Path
 import pyarrow as pa
 
 from spark_webdataset.format.encode import encode_column
-from spark_webdataset.dataset.layout import sample_index_path, shard_name
+from spark_webdataset.dataset.tree import sample_index_path, shard_name
 from spark_webdataset.format.keys import sort_run
 from spark_webdataset.format.sample_index import TASK_SCHEMA, concat_rows, named_rows, write_index
 from spark_webdataset.format.manifest import Manifest, ShardEntry
 from spark_webdataset.format.shard_writer import ShardWriter
-from spark_webdataset.dataset.layout import WRITER_MARK, WRITER_MARK_NAME, Dataset
+from spark_webdataset.dataset.layout import Dataset
+from spark_webdataset.dataset.tree import WRITER_MARK, WRITER_MARK_NAME
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 from tests.support.dataset_dags import write_config

@@ -53,7 +53,7 @@ from ..dataset.build_rules import (
     APPEND, ORDERS, Spelling, check_change, check_change_parent, check_order, check_parent, parse_duration,
     parse_max_shard_bytes, spell_duration,
 )  # fmt: skip
-from ..dataset.layout import check_dataset_root, normalize_uri
+from ..dataset.paths import check_dataset_root, normalize_uri
 from ..dataset.retention import DEFAULT_MIN_AGE_SECONDS, RetentionPolicy
 
 DAGS_FOLDER_ENV = "AIRFLOW__CORE__DAGS_FOLDER"

@@ -37,7 +37,7 @@ from ..dataset.build_rules import CHANGES, ORDERS
 from ..errors import DatasetConfigError, InvalidDatasetConfigs
 from .configs import BuildSettings, DatasetConfig, RetentionSettings, load_folder
 from ..errors import EXIT_BAD_INPUT
-from ..dataset.layout import VERSION_ID_RULE
+from ..dataset.paths import VERSION_ID_RULE
 from ..jobs.entry import BUILD_WEBDATASET, script
 from ..errors import PipelineError
 

@@ -17,7 +17,9 @@ from typing import Any, Mapping, Sequence
 from ..errors import InputError, NestedDatasetRoot, PipelineError, VersionError, WebDatasetError
 from ..format.sizes import format_size
 from ..dataset.build_rules import DELETE, LATEST, BuildBase, Spelling, check_order, parse_max_shard_bytes
-from ..dataset.layout import Dataset, check_dataset_root, check_version_id, iso_utc, parse_logical_date, record_order
+from ..dataset.layout import Dataset
+from ..dataset.ordering import iso_utc, parse_logical_date, record_order
+from ..dataset.paths import check_dataset_root, check_version_id
 from ..dataset.publish import publish
 from ..dataset.retention import GcReport, RetentionPolicy, collect, plan
 from ..dataset.validate import validate_version

@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import BadOption, InvalidVersionId
 from ..format.shard_writer import MIN_SHARD_BYTES
 from ..format.sizes import parse_size
-from .layout import check_version_id
+from .paths import check_version_id
 
 APPEND, UPSERT, DELETE = "append", "upsert", "delete"
 CHANGES = (APPEND, UPSERT, DELETE)

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Iterable
 
 from ..errors import InputError
 from ..format.manifest import Manifest
-from .layout import Dataset, Version, timestamp_in_id, iso_utc, record_order, version_sort_key
+from .layout import Dataset, Version
+from .ordering import iso_utc, record_order, timestamp_in_id, version_sort_key
 
 if TYPE_CHECKING:
     from .retention import RetentionPolicy

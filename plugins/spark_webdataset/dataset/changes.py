@@ -26,7 +26,7 @@ from ..format.checksums import Digests, crc32c_extend
 from ..format.manifest import Manifest, ShardEntry
 from ..format.ustar import END_OF_ARCHIVE
 from .build_rules import APPEND, CHANGES, DELETE, UPSERT  # noqa: F401 - the change kinds, defined with their rules
-from .layout import shard_name, staged_shard_name
+from .tree import shard_name, staged_shard_name
 
 if TYPE_CHECKING:
     from .layout import Version

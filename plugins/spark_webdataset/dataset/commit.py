@@ -59,9 +59,9 @@ from .. import fault_points
 from .changes import APPEND, DELETE, ChangePlan, plan_change, rewrite_shards, unique_keys
 from .index_merge import merge_index, task_index_rows, task_keys, version_index_rows
 from .journal import Journal, JournalState, apply, digest, has_landed, journal_job, journal_state, roll_forward
-from .layout import (
-    Version,
-    _normalized,
+from .layout import Version
+from .paths import _normalized
+from .tree import (
     sample_index_path,
     sample_index_serial,
     shard_name,
@@ -120,7 +120,7 @@ class StagedAttempt(Protocol):
     """What one successful task attempt staged (the Spark writer's commit message is one)."""
 
     partition: int
-    staging: str  # its directory; its shard n is `layout.staged_shard_name(n)` in it
+    staging: str  # its directory; its shard n is `tree.staged_shard_name(n)` in it
     shards: list[ShardInfo]
     index_path: str | None  # its sample index rows, sorted by key (format.sample_index.TASK_SCHEMA)
     keys_ascending: bool

@@ -21,7 +21,8 @@ from functools import cached_property
 from ..errors import ConcurrentCommit, NotCommitted, PreconditionFailed
 from ..format.manifest import Manifest, ShardEntry
 from .. import fault_points
-from .layout import Version, is_shard_name
+from .layout import Version
+from .tree import is_shard_name
 from .lock import CommitLock
 
 log = logging.getLogger(__name__)

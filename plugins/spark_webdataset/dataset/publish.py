@@ -22,16 +22,10 @@ from .staging import clean_dead_staging
 from .. import fault_points
 from ..errors import NotCommitted, PreconditionFailed, PublishRefused
 from ..format.manifest import Manifest, ShardEntry
-from .layout import (
-    MANIFEST_NAME,
-    Dataset,
-    Version,
-    check_dataset_root,
-    iso_utc,
-    parse_logical_date,
-    record_order,
-    timestamp_in_id,
-)
+from .layout import Dataset, Version
+from .ordering import iso_utc, parse_logical_date, record_order, timestamp_in_id
+from .paths import check_dataset_root
+from .tree import MANIFEST_NAME
 
 RECORD_KIND = "spark-webdataset-published-v1"
 

@@ -28,7 +28,9 @@ from ..format.sample_reader import READ_PIECE_BYTES, iter_samples
 from ..format.tar_rules import ZERO_BLOCK
 from ..storage import storage_for
 from ..storage.base import RangeFile, Storage
-from .layout import Version, check_shard_location, sample_index_path, sample_index_serial
+from .layout import Version
+from .paths import check_shard_location
+from .tree import sample_index_path, sample_index_serial
 from .resolve import committed_version
 
 DEFAULT_CACHE_BLOCKS = 256  # index blocks kept (~8192 samples each): a million samples' index is 123

@@ -45,20 +45,10 @@ from dataclasses import dataclass, field
 from ..errors import BadOption, InputError, RetentionRefused
 from ..storage import Storage
 from .. import fault_points
-from .layout import (
-    MANIFEST_NAME,
-    PUBLISHED_DIR,
-    RETIRED_NAME,
-    SEAL_NAME,
-    VALIDATION_NAME,
-    WRITER_MARK_NAME,
-    Dataset,
-    check_dataset_root,
-    check_version_id,
-    iso_utc,
-    parse_logical_date,
-    record_order,
-)
+from .layout import Dataset
+from .ordering import iso_utc, parse_logical_date, record_order
+from .paths import check_dataset_root, check_version_id
+from .tree import MANIFEST_NAME, PUBLISHED_DIR, RETIRED_NAME, SEAL_NAME, VALIDATION_NAME, WRITER_MARK_NAME
 from .staging import live_jobs
 
 DEFAULT_MIN_AGE_SECONDS = 24 * 3600.0

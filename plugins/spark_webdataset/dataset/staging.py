@@ -27,7 +27,8 @@ import os
 import socket
 import time
 
-from .layout import LEASE_NAME, Version
+from .layout import Version
+from .tree import LEASE_NAME
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,8 @@ from ..format.keys import count_duplicates, merge_blocks
 from ..format.manifest import Manifest, ShardEntry
 from ..format.sample_index import index_block_rows
 from ..format.verify import ShardReport, check_shard
-from .layout import MANIFEST_NAME, METADATA_FILES, Version
+from .layout import Version
+from .tree import MANIFEST_NAME, METADATA_FILES
 from .lock import CommitLock
 from ..storage import Storage, storage_for
 from ..storage.base import StoredObject

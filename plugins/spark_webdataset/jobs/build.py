@@ -38,7 +38,8 @@ from ..format.names import KEY_COLUMN
 from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES
 from ..format.sizes import format_size, spell_size
 from ..dataset.build_rules import APPEND, CHANGES, DELETE, ORDERS, BuildBase, Spelling, parse_max_shard_bytes
-from ..dataset.layout import Dataset, Version, absolute_uri, check_dataset_root, check_version_id
+from ..dataset.layout import Dataset, Version
+from ..dataset.paths import absolute_uri, check_dataset_root, check_version_id
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -33,7 +33,8 @@ from ..format.names import KEY_COLUMN
 from ..dataset.build_rules import parse_max_shard_bytes
 from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES
 from ..format.sizes import spell_size
-from ..dataset.layout import Dataset, absolute_uri
+from ..dataset.layout import Dataset
+from ..dataset.paths import absolute_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

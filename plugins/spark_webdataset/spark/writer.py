@@ -32,7 +32,8 @@ from pyspark.sql.types import (
 from ..errors import BadOption, InvalidField, NotCommitted
 from ..format.names import KEY_COLUMN, check_fields, field_name_error
 from ..format.shard_writer import ShardInfo
-from ..dataset.layout import STAGED_INDEX_NAME, WRITER_MARK, Version, staged_shard_name
+from ..dataset.layout import Version
+from ..dataset.tree import STAGED_INDEX_NAME, WRITER_MARK, staged_shard_name
 from ..dataset.changes import APPEND, DELETE
 from .options import LATEST_PARENT, WriteOptions
 from ..dataset.staging import (

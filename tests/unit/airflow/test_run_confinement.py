@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.dataset_dags import dagbag_of, write_config
 from spark_webdataset.airflow.configs import load_config, load_folder
-from spark_webdataset.dataset.layout import ROOT_RULE
+from spark_webdataset.dataset.paths import ROOT_RULE
 
 
 from tests.support import DAGS
@@ -47,11 +47,13 @@ def test_nested_config_roots_are_an_error_naming_both_files(tmp_path, outer, inn
 def test_the_config_check_reads_no_storage(tmp_path, monkeypatch) -> None:
     """At parse time the nesting rule is path logic: not one storage call, even for gs:// roots."""
     import spark_webdataset.dataset.layout as layout
+    import spark_webdataset.dataset.paths as paths
 
     def no_storage(uri):
         raise AssertionError(f"storage asked for {uri} while configs were loaded")
 
     monkeypatch.setattr(layout, "storage_for", no_storage)
+    monkeypatch.setattr(paths, "storage_for", no_storage)
     write_config(tmp_path, "a", source="/raw", root="gs://b/ds", key="id")
     write_config(tmp_path, "b", source="/raw", root="gs://b/ds/versions/v1", key="id")
     loaded = load_folder(tmp_path, environ={})

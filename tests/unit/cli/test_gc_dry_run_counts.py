@@ -9,7 +9,14 @@ import os
 import subprocess
 from pathlib import Path
 
-from spark_webdataset.dataset.layout import COMMIT_JOURNAL_NAME, COMMIT_LOCK_NAME, LEASE_NAME, RETIRED_NAME, WRITER_MARK, WRITER_MARK_NAME
+from spark_webdataset.dataset.tree import (
+    COMMIT_JOURNAL_NAME,
+    COMMIT_LOCK_NAME,
+    LEASE_NAME,
+    RETIRED_NAME,
+    WRITER_MARK,
+    WRITER_MARK_NAME,
+)
 from tests.support.chains import commit_version, publish_version
 from tests.support.helpers import run_cli
 

@@ -24,19 +24,13 @@ from spark_webdataset.dataset.lock import CommitLock
 from spark_webdataset.airflow.consumer import read_published
 from spark_webdataset.errors import ConcurrentCommit, InvalidVersionId, NotCommitted
 from spark_webdataset.format.encode import encode_column
-from spark_webdataset.dataset.layout import shard_name
+from spark_webdataset.dataset.tree import shard_name
 from spark_webdataset.format.manifest import MANIFEST_KIND
 from spark_webdataset.format.sample_reader import iter_samples
 from spark_webdataset.format.shard_writer import ShardWriter
-from spark_webdataset.dataset.layout import (
-    WRITER_MARK,
-    WRITER_MARK_NAME,
-    Dataset,
-    Version,
-    iso_utc,
-    parse_logical_date,
-    timestamp_in_id,
-)
+from spark_webdataset.dataset.layout import Dataset, Version
+from spark_webdataset.dataset.ordering import iso_utc, parse_logical_date, timestamp_in_id
+from spark_webdataset.dataset.tree import WRITER_MARK, WRITER_MARK_NAME
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 

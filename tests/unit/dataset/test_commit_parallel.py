@@ -21,7 +21,7 @@ from spark_webdataset.dataset.layout import Version
 from spark_webdataset.dataset.commit import commit_job
 from spark_webdataset.dataset.journal import journal_job, roll_forward
 from spark_webdataset.spark.options import WriteOptions
-from spark_webdataset.dataset.layout import STAGED_INDEX_NAME
+from spark_webdataset.dataset.tree import STAGED_INDEX_NAME
 from spark_webdataset.format.sample_index import task_rows, write_task_run
 from spark_webdataset.spark.writer import WebDatasetCommitMessage, WebDatasetWriter
 from spark_webdataset.storage.local import LocalStorage

@@ -15,7 +15,8 @@ import pyarrow as pa
 import pytest
 
 import spark_webdataset
-from spark_webdataset.dataset.layout import MAX_NAME_BYTES, Dataset, Version
+from spark_webdataset.dataset.layout import Dataset, Version
+from spark_webdataset.dataset.paths import MAX_NAME_BYTES
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import InputError, InvalidVersionId
 from spark_webdataset.format.verify import MAX_ERRORS_PER_SHARD
@@ -23,7 +24,7 @@ from spark_webdataset.storage import LocalStorage
 from tests.support.fenced_committer import commit_samples, keys
 from tests.support.webdataset_ui_data import commit_table
 
-# dataset/layout.py normalize_uri: `if length > MAX_NAME_BYTES` -> `if length >= MAX_NAME_BYTES`
+# dataset/paths.py normalize_uri: `if length > MAX_NAME_BYTES` -> `if length >= MAX_NAME_BYTES`
 
 
 def test_a_path_part_of_exactly_the_longest_name_is_a_place_a_version_is_written_and_read(tmp_path: Path) -> None:
@@ -35,7 +36,7 @@ def test_a_path_part_of_exactly_the_longest_name_is_a_place_a_version_is_written
         Dataset(str(tmp_path / ("r" * (MAX_NAME_BYTES + 1))))
 
 
-# dataset/layout.py normalize_place: `if len(parts) >= 2 and parts[-2] == VERSIONS_DIR` -> `len(parts) > 2`
+# dataset/paths.py normalize_place: `if len(parts) >= 2 and parts[-2] == VERSIONS_DIR` -> `len(parts) > 2`
 
 
 @pytest.mark.parametrize("name", [".hidden", "２０２６", "v1а", "-v"])
@@ -101,7 +102,7 @@ def test_a_locker_that_waited_on_a_lock_file_since_removed_locks_the_one_at_the_
         thread.join(30)
 
 
-# dataset/layout.py normalize_uri: `(part == "." and (anchor or position > 0))` -> `(part == "." and anchor)`
+# dataset/paths.py normalize_uri: `(part == "." and (anchor or position > 0))` -> `(part == "." and anchor)`
 
 
 @pytest.mark.parametrize("uri", ["ds/./versions/v1", "ds/versions/./v1", "./ds/./versions/v1"])

@@ -23,13 +23,9 @@ from tests.support.helpers import snapshot_files
 
 import spark_webdataset
 from spark_webdataset import cli
-from spark_webdataset.dataset.layout import (
-    LEASE_NAME,
-    Dataset,
-    Version,
-    check_dataset_root,
-    check_version_id,
-)
+from spark_webdataset.dataset.layout import Dataset, Version
+from spark_webdataset.dataset.paths import check_dataset_root, check_version_id
+from spark_webdataset.dataset.tree import LEASE_NAME
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import (

@@ -25,7 +25,8 @@ import pytest
 
 import spark_webdataset
 from spark_webdataset.dataset.catalog import describe_root
-from spark_webdataset.dataset.layout import Dataset, LEASE_NAME, WRITER_MARK, WRITER_MARK_NAME
+from spark_webdataset.dataset.layout import Dataset
+from spark_webdataset.dataset.tree import LEASE_NAME, WRITER_MARK, WRITER_MARK_NAME
 from spark_webdataset.dataset.publish import publish, set_latest
 from spark_webdataset.dataset.build_rules import parse_duration
 from spark_webdataset.dataset.retention import PROOF_FILES, RetentionPolicy, collect, pin, plan, unpin

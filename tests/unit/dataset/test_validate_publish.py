@@ -18,7 +18,7 @@ def test_backfill_never_moves_latest_back(tmp_path: Path) -> None:
 
 
 def test_version_order_is_natural() -> None:
-    from spark_webdataset.dataset.layout import version_order
+    from spark_webdataset.dataset.ordering import version_order
 
     assert version_order("v10") > version_order("v9")
     assert version_order("20261202T000000Z") > version_order("20261201T235959Z")

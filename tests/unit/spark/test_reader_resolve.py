@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from spark_webdataset.errors import BadOption, InputError, NotCommitted, TarFormatError
-from spark_webdataset.dataset.layout import WRITER_MARK, Version
+from spark_webdataset.dataset.layout import Version
+from spark_webdataset.dataset.tree import WRITER_MARK
 from spark_webdataset.spark.options import ReadOptions
 from spark_webdataset.spark.reader import infer_fields, resolve
 

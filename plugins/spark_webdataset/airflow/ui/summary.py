@@ -16,7 +16,10 @@ from ...errors import NotFound
 from ...format.manifest import Manifest
 from ...format.names import key_error
 from ...dataset.catalog import UNREADABLE, RootListing
-from ...dataset.layout import PUBLISHED_DIR, Dataset, Version, check_shard_location, check_version_id, iso_utc
+from ...dataset.layout import Dataset, Version
+from ...dataset.ordering import iso_utc
+from ...dataset.paths import check_shard_location, check_version_id
+from ...dataset.tree import PUBLISHED_DIR
 
 
 def key_range_problem(first_key: object, last_key: object) -> str | None:
