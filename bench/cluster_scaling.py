@@ -26,7 +26,20 @@ from pathlib import Path
 from typing import Any
 
 from harness import (
-    MB, MIB, REPO, Benchmark, Case, Contender, Meter, Ratio, cached, main, measure, parse_size, sha_frame, start_spark,
+    MB,
+    MIB,
+    REPO,
+    Benchmark,
+    Case,
+    Contender,
+    Meter,
+    Ratio,
+    cached,
+    main,
+    measure,
+    parse_size,
+    sha_frame,
+    start_spark,
     wait_for_quiet,
 )  # fmt: skip
 
@@ -60,7 +73,10 @@ def session_write(args: argparse.Namespace, master: str, cores: int, zip_path: s
         spark = start_spark(master, workdir, "2g", confs, py_files=[zip_path])
         try:
             df, sizes = cached(sha_frame(spark, rows, args.sample_bytes, args.partitions))
-            granted = next((a.get("cores") for a in master_json()["activeapps"] if a["id"] == spark.sparkContext.applicationId), None)
+            granted = next(
+                (a.get("cores") for a in master_json()["activeapps"] if a["id"] == spark.sparkContext.applicationId),
+                None,
+            )
             write = df.write.format("webdataset").option("maxShardBytes", str(args.max_shard_bytes)).mode("overwrite")
             warmups, writes = [], []
             for timed in [False] * args.warmup + [True] * args.repeats:

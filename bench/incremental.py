@@ -55,9 +55,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import Benchmark, Case, Contender, Meter, Ratio, emulator, main, measure, start_spark
-
 import numpy as np  # noqa: E402
+from harness import Benchmark, Case, Contender, Meter, Ratio, emulator, main, measure, start_spark
 
 BUCKET = "bench-incremental"
 SCENARIOS = ("clustered", "scattered")
@@ -122,7 +121,9 @@ def frame(spark: Any, ids: np.ndarray, gens: np.ndarray, sample_bytes: int) -> A
     """(__key__ '%010d' of id, bin = sha2(id-gen) hex repeated to sample_bytes), made in the JVM."""
     import pandas as pd
 
-    rows = spark.createDataFrame(pd.DataFrame({"id": ids.astype(np.int64), "gen": gens.astype(np.int32)}), "id long, gen int")
+    rows = spark.createDataFrame(
+        pd.DataFrame({"id": ids.astype(np.int64), "gen": gens.astype(np.int32)}), "id long, gen int"
+    )
     return rows.selectExpr(
         "format_string('%010d', id) AS __key__",
         f"CAST(substr(repeat(sha2(concat_ws('-', id, gen), 256), {-(-sample_bytes // 64)}), 1, {sample_bytes}) AS BINARY) AS bin",
@@ -175,7 +176,9 @@ def kind(path: str) -> str:
         return "shards"
     if f"/{SAMPLE_INDEX_DIR}/" in f"/{path}":
         return "sample index"
-    return {MANIFEST_NAME: "manifest", VALIDATION_NAME: "validation", SHARD_INDEX_NAME: "shardindex.json"}.get(name, "other")
+    return {MANIFEST_NAME: "manifest", VALIDATION_NAME: "validation", SHARD_INDEX_NAME: "shardindex.json"}.get(
+        name, "other"
+    )
 
 
 def written_by_kind(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
@@ -251,7 +254,9 @@ def day_record(root: str, before: dict[str, int], out: Written, change_bytes: in
 # -- the benchmark --------------------------------------------------------------------------
 
 
-def run_store(spark: Any, store: str, base: str, args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def run_store(
+    spark: Any, store: str, base: str, args: argparse.Namespace
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The base version, then each day a case (incremental clustered and scattered, full rebuild); then
     retention. (cases, storage figures)."""
     from spark_webdataset.dataset.retention import RetentionPolicy, collect
@@ -269,12 +274,16 @@ def run_store(spark: Any, store: str, base: str, args: argparse.Namespace) -> tu
 
     def sorted_frame(ids: np.ndarray, gens: np.ndarray, partitions: int) -> Any:
         df = frame(spark, ids, gens, size)
-        return (df.repartitionByRange(partitions, "__key__") if partitions > 1 else df.coalesce(1)).sortWithinPartitions("__key__")
+        return (
+            df.repartitionByRange(partitions, "__key__") if partitions > 1 else df.coalesce(1)
+        ).sortWithinPartitions("__key__")
 
     started = time.perf_counter()
     for name in SCENARIOS:
         scenario = scenarios[name]
-        write_version(roots[name], "d00", [(sorted_frame(scenario.ids, scenario.gens, args.partitions), None)], spc, Written())
+        write_version(
+            roots[name], "d00", [(sorted_frame(scenario.ids, scenario.gens, args.partitions), None)], spc, Written()
+        )
     base_record = day_record(roots["clustered"], {}, Written(versions=["d00"]), 0)
     print(f"{store}: base d00 {base_record['samples']:,} samples in {base_record['shards']:,} shards, "
           f"{base_record['dataset_bytes'] / 1e6:.1f} MB, written twice in {time.perf_counter() - started:.1f} s", flush=True)  # fmt: skip
@@ -295,7 +304,10 @@ def run_store(spark: Any, store: str, base: str, args: argparse.Namespace) -> tu
                 ids = np.concatenate([change["new"], change["upsert"]])
                 gens = np.full(len(ids), day, np.int32)
                 out = Written()
-                commits = [(sorted_frame(ids, gens, 1), "upsert"), (key_frame(spark, change["delete"]).coalesce(1), "delete")]
+                commits = [
+                    (sorted_frame(ids, gens, 1), "upsert"),
+                    (key_frame(spark, change["delete"]).coalesce(1), "delete"),
+                ]
                 write_version(root, f"d{day:02d}", commits, spc, out, f"d{day - 1:02d}")
                 record = day_record(root, state[root], out, len(ids) * tar_bytes(size))
                 scenario.apply()
@@ -306,7 +318,13 @@ def run_store(spark: Any, store: str, base: str, args: argparse.Namespace) -> tu
         def full() -> dict[str, Any]:
             scenario = scenarios["clustered"]  # already applied: the day's dataset
             out = Written()
-            write_version(roots["full"], f"d{day:02d}", [(sorted_frame(scenario.ids, scenario.gens, args.partitions), None)], spc, out)
+            write_version(
+                roots["full"],
+                f"d{day:02d}",
+                [(sorted_frame(scenario.ids, scenario.gens, args.partitions), None)],
+                spc,
+                out,
+            )
             change = len(scenario.change["new"]) + len(scenario.change["upsert"])
             return day_record(roots["full"], state[roots["full"]], out, change * tar_bytes(size))
 
@@ -430,13 +448,17 @@ def notes(cases: list[dict[str, Any]], storage: dict[str, Any], args: argparse.N
                              f"rewrites every touched shard)")  # fmt: skip
         figures = storage[store]
         k = args.keep_last
-        lines.append(f"  {store} storage under each root after the last day (MB; base version {_mb(figures['base_bytes'])}):")
+        lines.append(
+            f"  {store} storage under each root after the last day (MB; base version {_mb(figures['base_bytes'])}):"
+        )
         for name in (*SCENARIOS, "full"):
             f = figures[name]
             lines.append(f"    {name:<10} before gc {_mb(f['before_gc'])}, keep_last {k} {_mb(f[f'keep_last_{k}'])}"
                          f" (kept {', '.join(f['kept'])})")  # fmt: skip
         for name in SCENARIOS:
-            lines.append(f"    {name} / full after keep_last {k}: {figures[name][f'keep_last_{k}'] / figures['full'][f'keep_last_{k}']:.3f}")
+            lines.append(
+                f"    {name} / full after keep_last {k}: {figures[name][f'keep_last_{k}'] / figures['full'][f'keep_last_{k}']:.3f}"
+            )
     return [*lines, "goals:", *goals]
 
 

@@ -46,14 +46,14 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
-
-from harness import MIB, Benchmark, Case, Contender, Ratio, emulator, main, measure, profiled, start_spark
+from typing import Any
 
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
+from harness import MIB, Benchmark, Case, Contender, Ratio, emulator, main, measure, profiled, start_spark
 
 BUCKET = "bench-random-access"
 READS = ("read_range", "read_bytes", "read_versioned", "open_read", "exists", "list_sizes", "list_dirs")
@@ -126,7 +126,9 @@ def per_sample(reads: int, gcs: bool) -> Callable[[Any], dict[str, Any]]:
 
     def check(_: Any) -> dict[str, Any]:
         seen = COUNTER.snapshot()
-        requests, data = (seen["http_requests"], seen["http_bytes"]) if gcs else (seen["storage_calls"], seen["storage_bytes"])
+        requests, data = (
+            (seen["http_requests"], seen["http_bytes"]) if gcs else (seen["storage_calls"], seen["storage_bytes"])
+        )
         return {**seen, "requests_per_sample": round(requests / reads, 3), "bytes_per_sample": round(data / reads, 1)}
 
     return check
@@ -289,7 +291,9 @@ def first_sample_cases(store: str, data: dict[str, Any], args: argparse.Namespac
     def counted(_: Any) -> dict[str, Any]:
         seen = COUNTER.snapshot()
         # what a whole-shard reader copies locally (shutil.copyfile is not a Storage call)
-        copied = sum(p.stat().st_size for p in Path(state["cache"]).glob("*.tar")) if os.path.isdir(state["cache"]) else 0
+        copied = (
+            sum(p.stat().st_size for p in Path(state["cache"]).glob("*.tar")) if os.path.isdir(state["cache"]) else 0
+        )
         copied += os.path.getsize(state["copy"]) if os.path.exists(state["copy"]) else 0
         return {**seen, "requests": seen["http_requests"] if gcs else seen["storage_calls"],
                 "bytes": seen["http_bytes"] if gcs else seen["storage_bytes"] or copied, "copied_bytes": copied}  # fmt: skip
@@ -301,7 +305,11 @@ def first_sample_cases(store: str, data: dict[str, Any], args: argparse.Namespac
         "shard download": Contender(download, 1, prepare, counted),
     }
     ratios = [Ratio("ours (version)", "wids cold", target=10.0), Ratio("ours (version)", "shard download")]
-    info = {"store": store, "sample_bytes": data["sample_bytes"], "shard_mib": round(float(np.mean(data["shard_sizes"])) / MIB, 1)}
+    info = {
+        "store": store,
+        "sample_bytes": data["sample_bytes"],
+        "shard_mib": round(float(np.mean(data["shard_sizes"])) / MIB, 1),
+    }
     name = f"first sample {store} {data['sample_bytes'] // 1024} KiB"
     return measure(Case(name, contenders, ratios, unit="samples", scale=1, info=info), args)
 
@@ -353,7 +361,7 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
             data["shard_names"] = [s.name for s in Version.at(data["version"]).read_manifest().shards]
         COUNTER.install()
         emulator_process = psutil.Process(server.process.pid) if server else None
-        for (store, size), data in versions.items():
+        for (store, _size), data in versions.items():
             cpu0 = sum(emulator_process.cpu_times()[:2]) if emulator_process and store == "gcs" else None
             cases.append(random_cases(store, data, args, work))
             cases.append(first_sample_cases(store, data, args, work))
@@ -368,14 +376,19 @@ def _best(case: dict[str, Any], contender: str) -> dict[str, Any]:
     return min((r for r in summary["runs"] if not r["warmup"]), key=lambda r: r["seconds"])
 
 
-def notes(cases: list[dict[str, Any]], versions: dict[tuple[str, int], dict[str, Any]], args: argparse.Namespace) -> list[str]:
+def notes(
+    cases: list[dict[str, Any]], versions: dict[tuple[str, int], dict[str, Any]], args: argparse.Namespace
+) -> list[str]:
     lines = ["", "per store and size (best clean run of each contender):"]
     by_name = {c["case"]: c for c in cases}
     goals = []
     for (store, size), data in versions.items():
         kib = size // 1024
         reads, first = by_name[f"random reads {store} {kib} KiB"], by_name[f"first sample {store} {kib} KiB"]
-        one, many, wids = (reads["contenders"][n]["rate"] for n in ("ours 1 thread", f"ours {args.threads} threads", "wids warm (all local)"))
+        one, many, wids = (
+            reads["contenders"][n]["rate"]
+            for n in ("ours 1 thread", f"ours {args.threads} threads", "wids warm (all local)")
+        )
         warm = _best(reads, "ours 1 thread")
         ttfs = {n: first["contenders"][n]["best_s"] for n in first["contenders"]}
         cold = {n: _best(first, n) for n in first["contenders"]}
@@ -401,7 +414,9 @@ def notes(cases: list[dict[str, Any]], versions: dict[tuple[str, int], dict[str,
             goals.append(f"  local {kib} KiB: {one:,.0f} random reads/s on 1 thread (target >= 5,000): "
                          f"{'met' if one >= 5000 else 'NOT met'}")  # fmt: skip
         for entry in reads.get("profile_1_thread", []):
-            lines.append(f"      profile: {entry['tottime_s'] * 1e6 / reads['reads']:6.1f} us/read own time  {entry['function']}")
+            lines.append(
+                f"      profile: {entry['tottime_s'] * 1e6 / reads['reads']:6.1f} us/read own time  {entry['function']}"
+            )
         if "emulator_cpu_s" in data:
             lines.append(f"    the emulator used {data['emulator_cpu_s']} CPU s over both cases")
     return [*lines, "goals:", *goals]

@@ -29,17 +29,28 @@ import contextlib
 import json
 import os
 import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
-
-from harness import (
-    MIB, Benchmark, Case, Contender, Ratio, emulator, main, measure, profiled, random_batch, random_frame,
-    start_spark, tree_bytes,
-)  # fmt: skip
+from typing import Any
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
+from harness import (
+    MIB,
+    Benchmark,
+    Case,
+    Contender,
+    Ratio,
+    emulator,
+    main,
+    measure,
+    profiled,
+    random_batch,
+    random_frame,
+    start_spark,
+    tree_bytes,
+)  # fmt: skip
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
 
 SIZES = {"small": (200_000, 1024), "large": (20_000, 100 * 1024)}
@@ -70,7 +81,11 @@ class FloorReader(DataSourceReader):
     """One prebuilt batch of our reader's shape over and over: no file, no parsing."""
 
     def __init__(self, options: dict[str, str]) -> None:
-        self.rows, self.size, self.parts = int(options["rows"]), int(options["sample_bytes"]), int(options["partitions"])
+        self.rows, self.size, self.parts = (
+            int(options["rows"]),
+            int(options["sample_bytes"]),
+            int(options["partitions"]),
+        )
 
     def partitions(self) -> list[FloorPartition]:
         share = -(-self.rows // self.parts)
@@ -81,7 +96,9 @@ class FloorReader(DataSourceReader):
         base = random_batch(np.arange(count), self.size, np.random.default_rng(0))
         cls = pa.array([b"%d" % (i % 10) for i in range(count)], pa.binary())
         url = pa.repeat(pa.scalar("/some/dir/shard-000000.tar"), count)
-        batch = pa.RecordBatch.from_arrays([base.column(0), url, base.column(1), cls], names=["__key__", "__url__", "bin", "cls"])
+        batch = pa.RecordBatch.from_arrays(
+            [base.column(0), url, base.column(1), cls], names=["__key__", "__url__", "bin", "cls"]
+        )
         for start in range(0, partition.rows, count):
             yield batch.slice(0, min(count, partition.rows - start))
 
@@ -188,7 +205,9 @@ def spark_case(spark: Any, cores: int, name: str, data: dict[str, Any], library:
     if library:
         contenders.update(library_contenders(data))
         ratios.insert(0, Ratio("ours", "webdataset", 1.0 if cores == 1 else None))
-    return Case(f"{name} local[{cores}]", contenders, ratios, info={"rows": data["rows"], "sample_bytes": data["sample_bytes"]})
+    return Case(
+        f"{name} local[{cores}]", contenders, ratios, info={"rows": data["rows"], "sample_bytes": data["sample_bytes"]}
+    )
 
 
 def gcs_case(spark: Any, name: str, data: dict[str, Any]) -> Case:
@@ -201,7 +220,9 @@ def gcs_case(spark: Any, name: str, data: dict[str, Any]) -> Case:
     bucket = client().bucket(BUCKET)
     for root, _, files in os.walk(local):
         for file in files:
-            bucket.blob(f"{prefix}/{os.path.relpath(os.path.join(root, file), local)}").upload_from_filename(os.path.join(root, file))
+            bucket.blob(f"{prefix}/{os.path.relpath(os.path.join(root, file), local)}").upload_from_filename(
+                os.path.join(root, file)
+            )
     uri = f"gs://{BUCKET}/{prefix}"
     urls = shard_urls(uri)
 
@@ -210,7 +231,10 @@ def gcs_case(spark: Any, name: str, data: dict[str, Any]) -> Case:
         samples = payload = 0
         for index, url in enumerate(urls):
             for batch in read.read(ShardPartition(url, index)):
-                samples, payload = samples + batch.num_rows, payload + (pc.sum(pc.binary_length(batch.column("bin"))).as_py() or 0)
+                samples, payload = (
+                    samples + batch.num_rows,
+                    payload + (pc.sum(pc.binary_length(batch.column("bin"))).as_py() or 0),
+                )
         return samples, payload
 
     def download() -> tuple[int, int]:
@@ -255,7 +279,10 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
         for n in cores if "spark" in parts else []:
             spark = start_spark(n, os.path.join(workdir, "spark"), args.driver_memory, sources=[FloorDataSource])
             try:
-                cases += [measure(spark_case(spark, n, name, d, "library" in parts and n == cores[0]), args) for name, d in data.items()]
+                cases += [
+                    measure(spark_case(spark, n, name, d, "library" in parts and n == cores[0]), args)
+                    for name, d in data.items()
+                ]
             finally:
                 spark.stop()
         if "library" in parts and "spark" not in parts:

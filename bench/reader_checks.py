@@ -23,7 +23,6 @@ import time
 
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
-
 from spark_webdataset.format.encode import encode_column
 from spark_webdataset.format.manifest import Manifest, ShardEntry
 from spark_webdataset.format.shard_writer import ShardWriter
@@ -86,8 +85,10 @@ def main() -> None:
         for checked in (False, True):
             best_wall = min(wall for wall, _ in results[checked])
             best_cpu = min(cpu for _, cpu in results[checked])
-            print(f"{'with' if checked else 'without'} the crc32c check: {best_wall:.3f} s wall, {best_cpu:.3f} s CPU "
-                  f"({total / best_wall / 1e6:.0f} MB/s of tar, {args.samples} samples)")
+            print(
+                f"{'with' if checked else 'without'} the crc32c check: {best_wall:.3f} s wall, {best_cpu:.3f} s CPU "
+                f"({total / best_wall / 1e6:.0f} MB/s of tar, {args.samples} samples)"
+            )
         ratio = min(w for w, _ in results[True]) / min(w for w, _ in results[False])
         print(f"checked / unchecked wall time: {ratio:.3f}")
     finally:

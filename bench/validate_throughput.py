@@ -24,14 +24,14 @@ import argparse
 import hashlib
 import os
 import shutil
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
-
-from harness import Benchmark, Case, Contender, Ratio, main, measure, profiled
+from typing import Any
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
+from harness import Benchmark, Case, Contender, Ratio, main, measure, profiled
 
 READ_CHUNK = 1 << 20
 BATCH_ROWS = 4096
@@ -61,8 +61,8 @@ def build_version(directory: Path, samples: int, payload: int, shards: int) -> d
     """`samples` samples (`bin` of `payload` random bytes, `cls` int) as `shards` shards + manifest."""
     from spark_webdataset.dataset.tree import MANIFEST_NAME, sample_index_path, shard_name
     from spark_webdataset.format.encode import encode_column
-    from spark_webdataset.format.sample_index import INDEX_SCHEMA, TASK_SCHEMA, concat_rows, write_index
     from spark_webdataset.format.manifest import Manifest, ShardEntry
+    from spark_webdataset.format.sample_index import INDEX_SCHEMA, TASK_SCHEMA, concat_rows, write_index
     from spark_webdataset.format.shard_writer import ShardWriter
 
     shutil.rmtree(directory, ignore_errors=True)
@@ -94,12 +94,21 @@ def build_version(directory: Path, samples: int, payload: int, shards: int) -> d
         sample_index=sample_index_path(0),
         sample_index_bytes=index.stat().st_size,
         shards=[ShardEntry.written(info, shard_name(info.sequence)) for info in infos],
-        fields=[{"name": "bin", "type": "binary", "nullable": False}, {"name": "cls", "type": "bigint", "nullable": False}],
+        fields=[
+            {"name": "bin", "type": "binary", "nullable": False},
+            {"name": "cls", "type": "bigint", "nullable": False},
+        ],
         options={"maxShardBytes": 1 << 40, "maxSamplesPerShard": per_shard, "mtime": 0, "allowPax": False},
         run={"bench": "validate_throughput"},
     )
     (directory / MANIFEST_NAME).write_bytes(manifest.to_json())
-    return {"uri": str(directory), "samples": manifest.samples, "payload_bytes": payload, "shards": len(infos), "bytes": manifest.bytes}
+    return {
+        "uri": str(directory),
+        "samples": manifest.samples,
+        "payload_bytes": payload,
+        "shards": len(infos),
+        "bytes": manifest.bytes,
+    }
 
 
 def hash_file(path: str) -> tuple[int, str]:
@@ -132,7 +141,9 @@ def per_shard_check(uri: str) -> tuple[str, Callable[[], None]]:
 
     def check() -> None:
         if hasattr(verify, "check_shard"):
-            report = verify.check_shard(entry.name, lambda: open(path, "rb", buffering=READ_CHUNK), expected, ["bin", "cls"])
+            report = verify.check_shard(
+                entry.name, lambda: open(path, "rb", buffering=READ_CHUNK), expected, ["bin", "cls"]
+            )
         else:
             with open(path, "rb", buffering=READ_CHUNK) as stream:
                 report = verify.verify_shard(entry.name, stream, expected, ["bin", "cls"])
@@ -166,7 +177,10 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
             cases.append(measure(Case(f"{name} 1 shard", contenders, [Ratio(label, "limit", 0.8, by="cpu")]), args))
             if args.profile and name == "small":
                 cases[-1]["profile"] = top = profiled(check, 15)
-                notes += [f"{label} profile, own time: " + "; ".join(f"{e['function']} {e['tottime_s']:.4f} s" for e in top[:8])]
+                notes += [
+                    f"{label} profile, own time: "
+                    + "; ".join(f"{e['function']} {e['tottime_s']:.4f} s" for e in top[:8])
+                ]
     finally:
         if not args.keep:
             shutil.rmtree(args.workdir, ignore_errors=True)

@@ -7,7 +7,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from .errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
@@ -152,8 +152,19 @@ def _get(args: argparse.Namespace) -> int:
     sample = samples.read(entry)
     if args.field is None:  # where it lies: JSON with or without --json (one shape, nothing to parse twice)
         fields = {name: len(data or b"") for name, data in sample.items() if name != "__key__"}
-        print(json.dumps({"key": entry.key, "shard": entry.shard, "offset": entry.offset, "length": entry.length,
-                          "version": samples.uri, "fields": fields}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "key": entry.key,
+                    "shard": entry.shard,
+                    "offset": entry.offset,
+                    "length": entry.length,
+                    "version": samples.uri,
+                    "fields": fields,
+                },
+                indent=1,
+            )
+        )
         return EXIT_OK
     if args.field not in sample or args.field == "__key__":
         has = ", ".join(name for name in sample if name != "__key__")
@@ -249,20 +260,34 @@ def parser() -> argparse.ArgumentParser:
     inspect = commands.add_parser("inspect", help="versions of a dataset root, published or not, and LATEST")
     inspect.add_argument("root")
     inspect.add_argument("--json", action="store_true", help=_JSON)
-    inspect.add_argument("--keep-last", type=_positive_int, metavar="N", help="also show what `gc --keep-last N` would free")
+    inspect.add_argument(
+        "--keep-last", type=_positive_int, metavar="N", help="also show what `gc --keep-last N` would free"
+    )
     inspect.add_argument("--keep-days", type=float, metavar="D", help="with --keep-last: gc's --keep-days")
-    inspect.add_argument("--min-age", type=_duration, default=24 * 3600.0, metavar="AGE", help="with --keep-last: gc's --min-age")
+    inspect.add_argument(
+        "--min-age", type=_duration, default=24 * 3600.0, metavar="AGE", help="with --keep-last: gc's --min-age"
+    )
     inspect.set_defaults(run=_inspect)
 
     gc = commands.add_parser(
         "gc", help="retire old published versions and remove dead unpublished ones (never LATEST, pins, live jobs)"
     )
     gc.add_argument("root")
-    gc.add_argument("--keep-last", type=_positive_int, required=True, metavar="N",
-                    help="keep the newest N published versions (publish order)")
+    gc.add_argument(
+        "--keep-last",
+        type=_positive_int,
+        required=True,
+        metavar="N",
+        help="keep the newest N published versions (publish order)",
+    )
     gc.add_argument("--keep-days", type=float, metavar="D", help="also keep versions published within D days")
-    gc.add_argument("--min-age", type=_duration, default=24 * 3600.0, metavar="AGE",
-                    help="never touch a version younger than this (24h, 1h30m, 1.5d, 2w; default 24h)")
+    gc.add_argument(
+        "--min-age",
+        type=_duration,
+        default=24 * 3600.0,
+        metavar="AGE",
+        help="never touch a version younger than this (24h, 1h30m, 1.5d, 2w; default 24h)",
+    )
     gc.add_argument("--dry-run", action="store_true", help="show what would go and the bytes freed; change nothing")
     gc.add_argument("--json", action="store_true", help=_JSON)
     gc.set_defaults(run=_gc)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-
 # The exit codes of the CLI and the jobs: one table (docs/cli.md), each error class carries its own as
 # `exit_code`, and `exit_code_of()` maps any exception to it. Airflow retries every code but 2.
 EXIT_OK = 0
@@ -74,7 +73,7 @@ class FieldMismatch(InputError):
 class DatasetConfigError(InputError):
     """A dataset config file that cannot be used: names the file and, per problem, the field and the rule."""
 
-    def __init__(self, path: "Path | str", problems: list[tuple[str | None, str]]) -> None:
+    def __init__(self, path: Path | str, problems: list[tuple[str | None, str]]) -> None:
         self.path = Path(path)
         self.problems = problems
         lines = [f"field {name!r}: {rule}" if name else rule for name, rule in problems]
@@ -132,7 +131,7 @@ class TarFormatError(WebDatasetError, ValueError):
         key = f" (key {self.key!r})" if self.key is not None else ""
         return f"{where}offset {self.offset}{key}: {self.message}"
 
-    def in_shard(self, shard: str) -> "TarFormatError":
+    def in_shard(self, shard: str) -> TarFormatError:
         self.shard = shard
         self.args = (self._text(),)
         return self

@@ -44,7 +44,8 @@ import signal
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 ENV = "SPARK_WEBDATASET_FAULTS"
 FILE_ENV = "SPARK_WEBDATASET_FAULTS_FILE"

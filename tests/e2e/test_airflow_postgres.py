@@ -107,9 +107,7 @@ def postgres():
 def _native_env(name: str, service: dict, addresses: dict[str, str], tmp_path: Path) -> dict[str, str]:
     """The service's compose environment on this machine; none of the caller's Airflow settings leak in."""
     env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("AIRFLOW", "SPARK_WEBDATASET_", "STORAGE_EMULATOR"))
+        k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SPARK_WEBDATASET_", "STORAGE_EMULATOR"))
     }
     stack = compose_stack.environment(service)
     env.update({key: compose_stack.native(value, addresses) for key, value in stack.items()})
@@ -180,13 +178,8 @@ class Stack:
             )
 
     def healthcheck(self, name: str) -> subprocess.Popen:
-        argv = [
-            compose_stack.native(part, self.addresses)
-            for part in compose_stack.healthcheck(self.services[name])
-        ]
-        return subprocess.Popen(
-            argv, env=self.env[name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+        argv = [compose_stack.native(part, self.addresses) for part in compose_stack.healthcheck(self.services[name])]
+        return subprocess.Popen(argv, env=self.env[name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def alive(self) -> None:
         for name, process in self.processes.items():
@@ -208,13 +201,10 @@ class Stack:
                 except ValueError:
                     events.append({"event": line})
             errors = [
-                e
-                for e in events
-                if e.get("level") in ("error", "critical") or "Exception" in str(e.get("event"))
+                e for e in events if e.get("level") in ("error", "critical") or "Exception" in str(e.get("event"))
             ]
             shown = [
-                str(e.get("event"))[:300] + str(e.get("error_detail", ""))[:1500]
-                for e in errors[-5:] + events[-15:]
+                str(e.get("event"))[:300] + str(e.get("error_detail", ""))[:1500] for e in errors[-5:] + events[-15:]
             ]
             parts.append(f"== {path.relative_to(home)}\n" + "\n".join(shown))
         return "\n".join(parts)
@@ -229,9 +219,7 @@ def stack(postgres, tmp_path):
     assert digits["name"] == "digits" and digits["schedule"]
     (tmp_path / "datasets").mkdir()
     # the repository's config, run on demand only: the scheduler must not start its own run too
-    (tmp_path / "datasets" / "digits.yaml").write_text(
-        yaml.safe_dump({**digits, "schedule": None}, sort_keys=False)
-    )
+    (tmp_path / "datasets" / "digits.yaml").write_text(yaml.safe_dump({**digits, "schedule": None}, sort_keys=False))
     stack = Stack(tmp_path, postgres)
     try:
         yield stack
@@ -293,9 +281,7 @@ def test_the_compose_services_run_the_digits_dag_on_postgres(stack) -> None:
     )
 
     # a script's login: the simple auth manager's generated admin password for a token
-    passwords = (
-        Path(stack.env["airflow-apiserver"]["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
-    )
+    passwords = Path(stack.env["airflow-apiserver"]["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
     login = {"username": "admin", "password": json.loads(passwords.read_text())["admin"]}
     token = _call(stack, "POST", "/auth/token", body=login)["access_token"]
     _until(
@@ -304,9 +290,7 @@ def test_the_compose_services_run_the_digits_dag_on_postgres(stack) -> None:
         150,
         lambda: _call(stack, "GET", f"/api/v2/dags/{DAG_ID}", token),
     )
-    run = _call(
-        stack, "POST", f"/api/v2/dags/{DAG_ID}/dagRuns", token, {"logical_date": LOGICAL_DATE.isoformat()}
-    )
+    run = _call(stack, "POST", f"/api/v2/dags/{DAG_ID}/dagRuns", token, {"logical_date": LOGICAL_DATE.isoformat()})
     # meanwhile: every service's own healthcheck must pass
     checks = {name: stack.healthcheck(name) for name in SERVERS}
 

@@ -20,10 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from tests.support.gcs_emulator import free_port
 from tests.support.helpers import stop_groups, unmeasured
-
-from tests.support import REPO
 
 SCRIPT = REPO / "scripts" / "airflow_standalone.sh"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -153,11 +152,18 @@ def test_the_url_follows_the_port_and_stopping_the_script_stops_every_task_group
     "settings, expected",
     [
         (  # an IPv6 host in brackets; the base URL's path is where the api-server serves
-            {"AIRFLOW__API__HOST": "::1", "AIRFLOW__API__PORT": "18123", "AIRFLOW__API__BASE_URL": "https://a.example/air/"},
+            {
+                "AIRFLOW__API__HOST": "::1",
+                "AIRFLOW__API__PORT": "18123",
+                "AIRFLOW__API__BASE_URL": "https://a.example/air/",
+            },
             "http://[::1]:18123/air/execution/",
         ),
         (  # a URL given is kept
-            {"AIRFLOW__API__PORT": "18123", "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": "http://api.internal:9/execution/"},
+            {
+                "AIRFLOW__API__PORT": "18123",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": "http://api.internal:9/execution/",
+            },
             "http://api.internal:9/execution/",
         ),
     ],

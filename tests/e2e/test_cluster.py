@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 
-from tests.support.gcs_emulator import PortTaken, start_on_free_ports
 from tests.support import REPO
+from tests.support.gcs_emulator import PortTaken, start_on_free_ports
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +62,9 @@ def cluster(tmp_path_factory):
         subprocess.run([script, "stop"], env=env, timeout=60)
 
 
-def test_dag_on_the_standalone_cluster(cluster, executor_python, digits_source, airflow_db, tmp_path, monkeypatch) -> None:
+def test_dag_on_the_standalone_cluster(
+    cluster, executor_python, digits_source, airflow_db, tmp_path, monkeypatch
+) -> None:
     from tests.support.dataset_dags import dataset_dag, write_config
 
     py_files = subprocess.run(

@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-
-from tests.support.dataset_dags import dagbag_of, dataset_dag, write_config
+from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.catalog import describe
 from spark_webdataset.dataset.publish import PublishRefused, publish, read_latest
 from spark_webdataset.dataset.validate import validate_version
-from spark_webdataset import fault_points as faults
+
 from tests.support import REPO
+from tests.support.dataset_dags import dagbag_of, dataset_dag, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -51,10 +51,9 @@ def published_events(dag_id: str) -> list:
     """Every Asset event the DAG's runs wrote, oldest first, as a consumer task receives them (extra, timestamp)."""
     from types import SimpleNamespace
 
-    from sqlalchemy import select
-
     from airflow.models.asset import AssetEvent
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     with create_session() as session:
         query = select(AssetEvent).where(AssetEvent.source_dag_id == dag_id).order_by(AssetEvent.timestamp)
@@ -143,9 +142,7 @@ def test_a_config_file_gives_a_dag_that_backfills_two_dates_out_of_order_and_rer
     assert json.loads((copy / "_validation.json").read_text())["ok"] is False
 
 
-def test_spark_job_killed_mid_write_leaves_no_visible_version(
-    airflow_db, digits_source, tmp_path, monkeypatch
-) -> None:
+def test_spark_job_killed_mid_write_leaves_no_visible_version(airflow_db, digits_source, tmp_path, monkeypatch) -> None:
     root = tmp_path / "root"
     version_dir = root / "versions" / "killed"
     command = [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-
 pytestmark = pytest.mark.slow
 
 
@@ -12,8 +11,9 @@ def test_dag_run_to_gcs(bucket, digits_source, airflow_db, tmp_path, monkeypatch
     """A config whose root is gs://: its DAG writes, validates and publishes there, and its Asset is the root."""
     import datetime
 
-    from tests.support.dataset_dags import dataset_dag, write_config
     from spark_webdataset.dataset.catalog import describe
+
+    from tests.support.dataset_dags import dataset_dag, write_config
 
     root = f"{bucket}/digits"
     # its own dataset name: Airflow refuses one Asset name for two roots (the repo's digits is another)

@@ -12,10 +12,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 import spark_webdataset
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.format.manifest import Manifest
+
 from tests.support.dataset_dags import dataset_dag, write_config
 
 pytestmark = pytest.mark.slow
@@ -47,10 +47,9 @@ def _write_sources(folder: Path) -> None:
 
 def _events(dag_id: str) -> list[dict]:
     """The extras of the Asset events the DAG's runs wrote, oldest first."""
-    from sqlalchemy import select
-
     from airflow.models.asset import AssetEvent
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     with create_session() as session:
         query = select(AssetEvent).where(AssetEvent.source_dag_id == dag_id).order_by(AssetEvent.timestamp)
@@ -98,9 +97,7 @@ def test_three_dates_of_upserts_publish_a_chain_and_gc_keeps_the_last_two(airflo
 
     # the third run's gc retired the first version: no record, and only the shards kept versions use stay
     assert dataset.published_ids() == IDS[1:]
-    referenced = {
-        shard.name for manifest in manifests.values() for shard in manifest.shards if shard.version == IDS[0]
-    }
+    referenced = {shard.name for manifest in manifests.values() for shard in manifest.shards if shard.version == IDS[0]}
     first = root / "versions" / IDS[0]
     left = {path.name for path in first.glob("*.tar")}
     assert (first / "_RETIRED").exists() and (first / "_manifest.json").exists()  # the proof of what stays

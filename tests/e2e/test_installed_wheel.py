@@ -27,9 +27,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from spark_webdataset.dataset.publish import read_latest
-
 
 from tests.support import REPO
 
@@ -70,7 +68,10 @@ def fresh_venv(tmp_path: Path, wheel: Path) -> Path:
     dependencies.mkdir()
     for site in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
         for entry in Path(site).iterdir():
-            if not entry.name.startswith(("spark_webdataset", "__editable__")) and not (dependencies / entry.name).exists():
+            if (
+                not entry.name.startswith(("spark_webdataset", "__editable__"))
+                and not (dependencies / entry.name).exists()
+            ):
                 (dependencies / entry.name).symlink_to(entry)
     (Path(purelib) / "project_dependencies.pth").write_text(f"{dependencies}\n")
     return python
@@ -108,11 +109,8 @@ def run_python(python: Path, args: list[str], env: dict[str, str], cwd: Path) ->
 
 
 @pytest.mark.slow
-def test_the_wheel_alone_runs_a_dataset_dag_to_a_published_version(
-    airflow_db, digits_source, tmp_path
-) -> None:
+def test_the_wheel_alone_runs_a_dataset_dag_to_a_published_version(airflow_db, digits_source, tmp_path) -> None:
     import wids
-
     from spark_webdataset.airflow.consumer import read_published
 
     wheel = build_wheel(tmp_path)

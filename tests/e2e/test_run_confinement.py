@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.dataset_dags import dataset_dag, write_config
-from tests.support.dataset_dags import DAY
+from tests.support.dataset_dags import DAY, dataset_dag, write_config
 from tests.support.helpers import snapshot_files
 
 
@@ -22,10 +21,9 @@ def failed_at_plan(dag_run) -> None:
 
 
 def asset_events(dag_id: str) -> list[dict]:
-    from sqlalchemy import select
-
     from airflow.models.asset import AssetEvent
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     with create_session() as session:
         query = select(AssetEvent).where(AssetEvent.source_dag_id == dag_id)

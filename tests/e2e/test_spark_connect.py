@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.gcs_emulator import free_port
 from tests.support import SUPPORT
+from tests.support.gcs_emulator import free_port
 from tests.support.helpers import assert_version_consistent, manifest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -33,11 +33,16 @@ def connect_url(tmp_path_factory):
     log = tmp_path_factory.mktemp("connect") / "server.log"
     command = [
         str(Path(sys.executable).parent / "spark-submit"),
-        "--class", CONNECT_SERVER,
-        "--master", "local[2]",
-        "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-        "--conf", f"spark.connect.grpc.binding.port={port}",
-        "--conf", "spark.ui.enabled=false",
+        "--class",
+        CONNECT_SERVER,
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.connect.grpc.binding.address=127.0.0.1",
+        "--conf",
+        f"spark.connect.grpc.binding.port={port}",
+        "--conf",
+        "spark.ui.enabled=false",
         "spark-internal",
     ]
     with open(log, "wb") as out:
@@ -80,8 +85,21 @@ def test_write_read_and_the_build_job_through_a_spark_connect_session(connect_ur
     root = tmp_path / "digits"
     job = "import sys; from spark_webdataset.jobs.build import main; sys.exit(main(sys.argv[1:]))"
     build = _client(
-        connect_url, "--source", digits_source, "--output", str(root), "--version", "20261201T000000Z",
-        "--key", "format_string('%05d', id)", "--field", "png=image", "--field", "cls=label", "--max-shard-bytes", "64KiB",
+        connect_url,
+        "--source",
+        digits_source,
+        "--output",
+        str(root),
+        "--version",
+        "20261201T000000Z",
+        "--key",
+        "format_string('%05d', id)",
+        "--field",
+        "png=image",
+        "--field",
+        "cls=label",
+        "--max-shard-bytes",
+        "64KiB",
         code=job,
     )
     assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-3000:]
@@ -93,8 +111,16 @@ def test_write_read_and_the_build_job_through_a_spark_connect_session(connect_ur
     # what Spark Connect cannot do fails with a message that says so (exit 2: no retry helps)
     reshard = "import sys; from spark_webdataset.jobs.reshard import main; sys.exit(main(sys.argv[1:]))"
     refused = _client(
-        connect_url, "--input", str(version), "--output", str(tmp_path / "resharded"), "--version", "v2",
-        "--shard-multiple", "4", code=reshard,
+        connect_url,
+        "--input",
+        str(version),
+        "--output",
+        str(tmp_path / "resharded"),
+        "--version",
+        "v2",
+        "--shard-multiple",
+        "4",
+        code=reshard,
     )
     assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-3000:]
     assert "Spark Connect does not offer" in refused.stderr + refused.stdout

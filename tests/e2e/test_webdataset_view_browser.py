@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.gcs_emulator import free_port
 from tests.support import REPO
+from tests.support.gcs_emulator import free_port
 from tests.support.helpers import stop_groups, unmeasured
 from tests.support.webdataset_ui_data import digits_table, published_digits, write_digits_config
 
@@ -88,7 +88,10 @@ def airflow_server(tmp_path):
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [str(Path(sys.executable).parent / "airflow"), "standalone"],
-            env=unmeasured(env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            env=unmeasured(env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         base = f"http://127.0.0.1:{port}"
@@ -135,7 +138,9 @@ def _click_until(browser, xpath: str, arrived, failure: Path, seconds: float = 6
             time.sleep(0.2)
     browser.save_screenshot(str(failure) + ".png")
     failure.with_suffix(".html").write_text(browser.page_source)
-    pytest.fail(f"no navigation after clicking {xpath} for {seconds} s (at {browser.current_url}; see {failure}.png/.html)")
+    pytest.fail(
+        f"no navigation after clicking {xpath} for {seconds} s (at {browser.current_url}; see {failure}.png/.html)"
+    )
 
 
 def test_the_view_shows_the_latest_digits_with_their_images_and_labels(airflow_server, browser, tmp_path) -> None:
@@ -157,7 +162,9 @@ def test_the_view_shows_the_latest_digits_with_their_images_and_labels(airflow_s
     with urllib.request.urlopen(request, timeout=30) as response:
         token = json.loads(response.read())["access_token"]
     api = f"{base}/webdataset/api/datasets/digits/versions/LATEST/preview?n=2"
-    with urllib.request.urlopen(urllib.request.Request(api, headers={"Authorization": f"Bearer {token}"}), timeout=30) as r:
+    with urllib.request.urlopen(
+        urllib.request.Request(api, headers={"Authorization": f"Bearer {token}"}), timeout=30
+    ) as r:
         assert json.loads(r.read())["count"] == 2
     with pytest.raises(urllib.error.HTTPError) as forged:
         urllib.request.urlopen(urllib.request.Request(api, headers={"Authorization": f"Bearer {token}x"}), timeout=30)
@@ -175,8 +182,12 @@ def test_the_view_shows_the_latest_digits_with_their_images_and_labels(airflow_s
     # "WebDataset" in the navigation opens the view (an iframe of /webdataset/ in the UI)
     wait.until(lambda d: d.find_elements(By.XPATH, "//*[normalize-space(text())='WebDataset']"))
     browser.save_screenshot(str(shots / "1-home.png"))
-    _click_until(browser, "//a[.//*[normalize-space(text())='WebDataset'] or normalize-space(text())='WebDataset']",
-                 lambda d: d.current_url.rstrip("/").endswith("/plugin/webdataset"), shots / "1-nav-failed")
+    _click_until(
+        browser,
+        "//a[.//*[normalize-space(text())='WebDataset'] or normalize-space(text())='WebDataset']",
+        lambda d: d.current_url.rstrip("/").endswith("/plugin/webdataset"),
+        shots / "1-nav-failed",
+    )
     frame = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "iframe[src*='/webdataset']"))[0]
     browser.switch_to.frame(frame)
     latest = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.dataset[data-name=digits] a.latest"))[0]
@@ -187,12 +198,12 @@ def test_the_view_shows_the_latest_digits_with_their_images_and_labels(airflow_s
 
     latest.click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#samples .sample"))
-    wait.until(lambda d: d.execute_script(
-        "return Array.from(document.images).every(i => i.complete)"))
+    wait.until(lambda d: d.execute_script("return Array.from(document.images).every(i => i.complete)"))
     samples = browser.find_elements(By.CSS_SELECTOR, "#samples .sample")
     assert len(samples) == 16
     widths = browser.execute_script(
-        "return Array.from(document.querySelectorAll('#samples img')).map(i => i.naturalWidth)")
+        "return Array.from(document.querySelectorAll('#samples img')).map(i => i.naturalWidth)"
+    )
     assert len(widths) == 16 and all(w == 32 for w in widths), widths
     for sample in samples:
         key, label = sample.get_attribute("data-key"), sample.get_attribute("data-label")

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
+from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.layout import Version
-from spark_webdataset.dataset.tree import LEASE_NAME
 from spark_webdataset.dataset.staging import clean_dead_staging, live_jobs
+from spark_webdataset.dataset.tree import LEASE_NAME
 from spark_webdataset.errors import NotCommitted
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.spark.writer import WebDatasetWriter
-from spark_webdataset import fault_points as faults
+
 from tests.support.fenced_committer import SCHEMA, commit_samples, keys
 
 HOLD_SECONDS = 60  # a bound, not a wait: the test releases the task as soon as abort() returned
@@ -73,7 +73,9 @@ class HeldTask:
 
 
 def files(directory: Path) -> list[str]:
-    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file()) if directory.exists() else []
+    return (
+        sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file()) if directory.exists() else []
+    )
 
 
 def job(uri: str, overwrite: bool = True) -> WebDatasetWriter:
@@ -102,7 +104,9 @@ def test_a_task_whose_last_file_lands_after_the_abort_removes_it_itself(tmp_path
     assert not target.exists(), files(target)
 
 
-def test_an_aborted_job_in_a_committed_version_leaves_only_its_mark_and_the_next_writer_removes_it_at_once(tmp_path) -> None:
+def test_an_aborted_job_in_a_committed_version_leaves_only_its_mark_and_the_next_writer_removes_it_at_once(
+    tmp_path,
+) -> None:
     target = tmp_path / "v"
     commit_samples(str(target), "c", 12)
     committed = (target / "_manifest.json").read_bytes()
@@ -201,7 +205,9 @@ def test_a_task_process_held_by_the_faults_file_until_the_driver_aborted_leaves_
     assert not target.exists(), files(target)
 
 
-def test_on_gcs_a_task_staging_after_the_abort_leaves_only_the_aborted_lease_and_the_next_writer_removes_it(bucket) -> None:
+def test_on_gcs_a_task_staging_after_the_abort_leaves_only_the_aborted_lease_and_the_next_writer_removes_it(
+    bucket,
+) -> None:
     uri = f"{bucket}/v"
     commit_samples(uri, "c", 12)
     version = Version.at(uri)

@@ -6,19 +6,26 @@ import json
 from pathlib import Path
 
 import pytest
-
 from spark_webdataset.errors import VersionSealed
 from spark_webdataset.jobs.build import build, parser
+
 from tests.support.helpers import assert_version_consistent, manifest, shard_paths, spark_submit
 from tests.support.tars import tar_keys, tar_samples
 
-DIGITS_ARGS = ["--key", "format_string('%05d', id)", "--field", "png=image", "--field", "cls=label", "--field", "json=meta"]
+DIGITS_ARGS = [
+    "--key",
+    "format_string('%05d', id)",
+    "--field",
+    "png=image",
+    "--field",
+    "cls=label",
+    "--field",
+    "json=meta",
+]
 
 
 def job_args(source: str, root: Path, version: str, *extra: str):
-    return parser().parse_args(
-        ["--source", source, "--output", str(root), "--version", version, *DIGITS_ARGS, *extra]
-    )
+    return parser().parse_args(["--source", source, "--output", str(root), "--version", version, *DIGITS_ARGS, *extra])
 
 
 @pytest.mark.slow
@@ -70,7 +77,9 @@ def test_published_version_is_refused(spark, digits_source, tmp_path) -> None:
 def test_spark_submit_end_to_end(digits_source, tmp_path) -> None:
     summary_path = tmp_path / "summary.json"
     common = ["--source", digits_source, "--output", str(tmp_path), "--field", "png=image"]
-    done = spark_submit([*common, "--version", "v", "--key", "format_string('%05d', id)", "--summary-json", str(summary_path)])
+    done = spark_submit(
+        [*common, "--version", "v", "--key", "format_string('%05d', id)", "--summary-json", str(summary_path)]
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "wrote 1 shards, 1797 samples" in done.stdout
     assert json.loads(summary_path.read_text())["samples"] == 1797
@@ -115,7 +124,7 @@ def test_build_job_append_adds_a_second_source(spark, tmp_path) -> None:
     assert len(document["shards"]) > len(earlier)
     assert {name: (target / name).read_bytes() for name in earlier} == earlier  # earlier shards untouched
     assert sorted(tar_keys(shard_paths(target))) == [f"{i:04d}" for i in range(100)]
-    new = [target / s["name"] for s in document["shards"][len(earlier):]]
+    new = [target / s["name"] for s in document["shards"][len(earlier) :]]
     assert sorted(tar_keys(new)) == [f"{i:04d}" for i in range(60, 100)]
 
 
@@ -175,12 +184,19 @@ def test_a_days_delete_lands_on_its_upsert_without_a_mode(spark, tmp_path) -> No
     spark.range(0, 3).selectExpr("id").write.parquet(str(tmp_path / "delete"))
     root = str(tmp_path / "root")
     key = ["--key", "format_string('%04d', id)"]
-    build(spark, build_args("--source", str(tmp_path / "day0"), "--output", root, "--version", "d0", *key, "--field", "cls=label"))
+    build(
+        spark,
+        build_args(
+            "--source", str(tmp_path / "day0"), "--output", root, "--version", "d0", *key, "--field", "cls=label"
+        ),
+    )
     assert validate_version(f"{root}/versions/d0").ok
     publish(root, "d0")
     day = ["--output", root, "--version", "d1", "--parent", "d0", *key]
     build(spark, build_args("--source", str(tmp_path / "upsert"), *day, "--field", "cls=label", "--change", "upsert"))
     build(spark, build_args("--source", str(tmp_path / "delete"), *day, "--change", "delete"))
-    samples = tar_samples(Dataset(root).version("d1").entry_uri(entry) for entry in Dataset(root).version("d1").read_manifest().shards)
+    samples = tar_samples(
+        Dataset(root).version("d1").entry_uri(entry) for entry in Dataset(root).version("d1").read_manifest().shards
+    )
     assert sorted(samples) == [f"{i:04d}" for i in range(3, 45)]  # 0-2 deleted, 40-44 added by the upsert
     assert samples["0036"]["cls"] == b"7" and samples["0005"]["cls"] == b"5"  # the upsert kept

@@ -15,13 +15,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 import spark_webdataset
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import BadOption, ChecksumMismatch, from_spark
 from spark_webdataset.storage import storage_for
+
 from tests.support.file_opens import opened_files
 
 pytestmark = pytest.mark.slow
@@ -30,7 +30,9 @@ BIN = Path(sys.executable).parent
 
 def _write(spark, root: str, version: str, rows: dict[str, str], parent: str | None, change: str | None) -> None:
     frame = spark.createDataFrame(sorted(rows.items()), "__key__ string, txt string")
-    writer = frame.coalesce(1).sortWithinPartitions("__key__").write.format("webdataset").option("maxSamplesPerShard", "20")
+    writer = (
+        frame.coalesce(1).sortWithinPartitions("__key__").write.format("webdataset").option("maxSamplesPerShard", "20")
+    )
     if parent is not None:
         writer = writer.option("parent", parent)
     if change is not None:
@@ -56,11 +58,12 @@ def _reads_of_every_reader(spark, root: str, version: str) -> dict[str, bytes]:
     version's shardindex.json; on gs:// webdataset through `pipe:spark-webdataset cat` and wids
     through the consumer's download handler, no gsutil), which must all agree."""
     import webdataset as wds
-
     from spark_webdataset.airflow.consumer import wids_for_gcs
 
     uri = f"{root}/versions/{version}"
-    by_spark = {row[0]: bytes(row[1]) for row in spark.read.format("webdataset").load(uri).select("__key__", "txt").collect()}
+    by_spark = {
+        row[0]: bytes(row[1]) for row in spark.read.format("webdataset").load(uri).select("__key__", "txt").collect()
+    }
     samples = spark_webdataset.open(uri)
     by_open = {key: samples.get(key)["txt"] for key in samples.keys()}
     assert by_open == by_spark
@@ -156,7 +159,9 @@ def test_the_build_job_upserts_and_deletes_with_the_first_run_full(spark, tmp_pa
 
     days = {"day1": (0, 60), "day2": (50, 70), "gone": (55, 58)}
     for name, (start, end) in days.items():
-        spark.range(start, end).selectExpr("id", "CAST(id * 7 % 10 AS INT) AS label").write.parquet(str(tmp_path / name))
+        spark.range(start, end).selectExpr("id", "CAST(id * 7 % 10 AS INT) AS label").write.parquet(
+            str(tmp_path / name)
+        )
     root = tmp_path / "root"
 
     def job(day: str, source: str, change: str) -> dict:
@@ -177,8 +182,23 @@ def test_the_build_job_upserts_and_deletes_with_the_first_run_full(spark, tmp_pa
     assert (third["samples"], third["change"]["deleted"], third["change"]["absent"]) == (67, 3, 0)
     keys = sorted(spark_webdataset.open(str(root / "versions" / "day3")).keys())
     assert keys == [f"{i:04d}" for i in range(70) if not 55 <= i < 58]
-    assert main(["--source", str(tmp_path / "gone"), "--output", str(root), "--version", "x", "--change", "delete",
-                 "--key", "id"]) == 2  # fmt: skip  (a change needs --parent: bad input)
+    assert (
+        main(
+            [
+                "--source",
+                str(tmp_path / "gone"),
+                "--output",
+                str(root),
+                "--version",
+                "x",
+                "--change",
+                "delete",
+                "--key",
+                "id",
+            ]
+        )
+        == 2
+    )  # fmt: skip  (a change needs --parent: bad input)
 
 
 def test_full_validation_opens_referenced_shards_and_finds_a_change_the_report_cannot(spark, tmp_path) -> None:
@@ -208,7 +228,9 @@ def test_full_validation_opens_referenced_shards_and_finds_a_change_the_report_c
     assert not found.ok and any(e["shard"] == "../v1/shard-000002.tar" for e in found.errors), found.errors
 
 
-def test_a_delete_of_every_sample_of_a_shard_drops_the_shard_and_names_continue_after_the_highest(spark, tmp_path) -> None:
+def test_a_delete_of_every_sample_of_a_shard_drops_the_shard_and_names_continue_after_the_highest(
+    spark, tmp_path
+) -> None:
     root = str(tmp_path / "data")
     _write(spark, root, "v1", {f"k{i:04d}": f"text {i}" for i in range(60)}, None, None)  # 3 shards
     _publish(root, "v1")
@@ -235,7 +257,8 @@ def test_a_days_upsert_and_delete_are_two_commits_of_one_version(spark, tmp_path
     _, m2 = Dataset(root).published("v2")
     assert m2.parent == "v1" and m2.run["commits"] == 2 and m2.run["change"]["deleted"] == 2
     assert [(c["change"], c["replaced"], c["added"], c["deleted"]) for c in m2.run["changes"]] == [
-        ("upsert", 1, 1, 0), ("delete", 0, 0, 2)
+        ("upsert", 1, 1, 0),
+        ("delete", 0, 0, 2),
     ]
     stored = sorted(p.name for p in Path(root, "versions", "v2").glob("*.tar"))
     assert stored == sorted(s.name for s in m2.own_shards)  # the first commit's rewrite, rewritten again, is gone

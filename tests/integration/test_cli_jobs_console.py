@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-
+from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.lock import CommitLock
 from spark_webdataset.errors import EXIT_BAD_INPUT, EXIT_CONFLICT, EXIT_OK
-from spark_webdataset import fault_points as faults
+
 from tests.support import REPO
 
 KEY = "format_string('%05d', id)"
@@ -26,12 +26,19 @@ STARTUP_LINES = 12  # what Spark prints before the job can set the level (JVM no
 
 def _submit(args: list[str], env: dict | None = None, wait: bool = True):
     """spark-submit of the build job, stdout and stderr in one stream as a console shows them."""
-    environment = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **(env or {})}
+    environment = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        **(env or {}),
+    }
     command = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[1]",
                str(REPO / "jobs" / "build_webdataset.py"), *args]  # fmt: skip
     if not wait:
         return subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return subprocess.run(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    return subprocess.run(
+        command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600
+    )
 
 
 def _lines(output: str) -> list[str]:

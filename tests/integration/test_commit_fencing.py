@@ -20,17 +20,15 @@ import time
 import uuid
 
 import pytest
-
-from tests.support.fenced_committer import commit_samples, keys
-
-from spark_webdataset.errors import LostCommitLock, NotCommitted, VersionSealed
-from spark_webdataset.format.manifest import Manifest, ShardEntry
+from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.layout import Dataset, Version
 from spark_webdataset.dataset.publish import publish
-from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.validate import validate_version
+from spark_webdataset.errors import LostCommitLock, NotCommitted, VersionSealed
+from spark_webdataset.format.manifest import Manifest, ShardEntry
 
 from tests.support import SUPPORT
+from tests.support.fenced_committer import commit_samples, keys
 
 LEASE = 1.0  # seconds: A's lease runs out while it is stopped, B waits for that and takes over
 
@@ -117,8 +115,10 @@ def snapshot(version: Version) -> dict[str, bytes]:
     for directory in storage.list_dirs(version.uri):
         if directory != "_staging":
             objects.update(
-                {f"{directory}/{name}": storage.read_bytes(version.path(directory, name))
-                 for name in storage.list_sizes(version.path(directory))}  # fmt: skip
+                {
+                    f"{directory}/{name}": storage.read_bytes(version.path(directory, name))
+                    for name in storage.list_sizes(version.path(directory))
+                }  # fmt: skip
             )
     return objects
 
@@ -178,8 +178,8 @@ def test_a_publisher_stalled_before_its_seal_publishes_nothing(root: str) -> Non
 def test_a_stale_journal_is_discarded_not_applied(tmp_path) -> None:
     """A journal planned against a manifest that is gone (its committer froze before writing it,
     then wrote it late) is never applied by the next committer."""
-    from spark_webdataset.dataset.lock import CommitLock
     from spark_webdataset.dataset.journal import Journal, roll_forward
+    from spark_webdataset.dataset.lock import CommitLock
 
     version = Dataset(str(tmp_path / "ds")).version("v1")
     commit_samples(version.uri, "p", 20)

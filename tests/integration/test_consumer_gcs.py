@@ -14,15 +14,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from spark_webdataset.airflow.consumer import read_latest, read_published, wids_for_gcs
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import publish
-from spark_webdataset.storage import storage_for
 from spark_webdataset.dataset.validate import validate_version
-from tests.support.webdataset_ui_data import commit_table, digits_table
+from spark_webdataset.storage import storage_for
 
 from tests.support import REPO
+from tests.support.webdataset_ui_data import commit_table, digits_table
 
 BIN = Path(sys.executable).parent
 SAMPLES = 600
@@ -60,7 +59,9 @@ def gcs_root(bucket, tmp_path) -> dict:
         result = publish(root, version)
         extras[version] = {"version": version, "root": root, "uri": target.uri, "index": result.index_uri}
     assert Dataset(root).read_latest() == VERSIONS[-1]
-    shards = sorted(name for name in storage.list_sizes(Dataset(root).version(VERSIONS[0]).uri) if name.endswith(".tar"))
+    shards = sorted(
+        name for name in storage.list_sizes(Dataset(root).version(VERSIONS[0]).uri) if name.endswith(".tar")
+    )
     assert len(shards) >= 3
     return {"root": root, "extras": extras, "shards": shards}
 
@@ -117,6 +118,8 @@ def test_cat_streams_a_gs_shard_for_webdataset_pipe_urls(gcs_root, no_gsutil) ->
     assert reader.stderr.read() == b""
     reader.stderr.close()
     # a missing object: exit 4 (storage: docs/cli.md's table) naming it
-    missing = subprocess.run(["spark-webdataset", "cat", version.path("nope.tar")], capture_output=True, text=True, timeout=120)
+    missing = subprocess.run(
+        ["spark-webdataset", "cat", version.path("nope.tar")], capture_output=True, text=True, timeout=120
+    )
     assert missing.returncode == 4 and "nope.tar: no such object" in missing.stderr
     assert not no_gsutil.exists(), f"gsutil ran: {no_gsutil.read_text()}"

@@ -16,15 +16,14 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
-from tests.support.helpers import raised
-
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
-from spark_webdataset.errors import InvalidField, InvalidKey, from_spark
+from spark_webdataset.errors import InvalidField, InvalidKey
 from spark_webdataset.format.checksums import Digests
 from spark_webdataset.format.verify import check_shard, verify_shard
+
+from tests.support.helpers import raised
 from tests.support.tars import version_with
 
 pytestmark = pytest.mark.slow
@@ -83,7 +82,13 @@ def test_validation_refuses_a_shard_holding_a_control_character_in_a_member_name
     digest = Digests()
     digest.update(data)
     keys = [name.split(".", 1)[0] for name in names]
-    expected = {"samples": len(keys), "bytes": len(data), "crc32c": digest.crc32c, "first_key": keys[0], "last_key": keys[-1]}
+    expected = {
+        "samples": len(keys),
+        "bytes": len(data),
+        "crc32c": digest.crc32c,
+        "first_key": keys[0],
+        "last_key": keys[-1],
+    }
     for check in (
         lambda: check_shard("x.tar", lambda: io.BytesIO(data), expected),  # the fast scan, then the exact parser
         lambda: verify_shard("x.tar", io.BytesIO(data), expected),  # the exact parser alone

@@ -23,20 +23,49 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
-from tests.support.doc_blocks import DOCUMENTS, Block, blocks, flags, is_synopsis, shell_commands, without_optional_parts
+from tests.support.doc_blocks import (
+    DOCUMENTS,
+    Block,
+    blocks,
+    flags,
+    is_synopsis,
+    shell_commands,
+    without_optional_parts,
+)
 
 # (document, text the block holds): why it is not run here, and what runs it instead.
 PLACEHOLDERS: dict[tuple[str, str], str] = {
-    ("README.md", "make test   #"): "the two commands themselves: CI runs `make test`; tests/e2e/test_dag_runs.py runs the demo DAG",
+    (
+        "README.md",
+        "make test   #",
+    ): "the two commands themselves: CI runs `make test`; tests/e2e/test_dag_runs.py runs the demo DAG",
     ("README.md", "scripts/airflow_standalone.sh"): "a long-lived server: tests/e2e/test_airflow_standalone_script.py",
-    ("docs/airflow.md", "scripts/airflow_standalone.sh"): "a long-lived server: tests/e2e/test_airflow_standalone_script.py",
-    ("docs/airflow.md", "airflow backfill create"): "a scheduler's backfill: tests/e2e/test_dag_runs.py backfills three dates",
+    (
+        "docs/airflow.md",
+        "scripts/airflow_standalone.sh",
+    ): "a long-lived server: tests/e2e/test_airflow_standalone_script.py",
+    (
+        "docs/airflow.md",
+        "airflow backfill create",
+    ): "a scheduler's backfill: tests/e2e/test_dag_runs.py backfills three dates",
     ("docs/airflow.md", "python -m build --wheel"): "builds and installs a wheel: tests/e2e/test_installed_wheel.py",
     ("docs/gcs.md", "export STORAGE_EMULATOR_HOST"): "starts nothing here: the test session's emulator is that server",
-    ("docs/scale.md", "gcloud dataproc"): "needs a Dataproc cluster: its flags are the build job's, checked in docs/scale.md's synopsis",
-    ("docs/scale.md", "scripts/build_pyfiles.sh"): "a cluster's --py-files: tests/e2e/test_cluster.py builds and ships the zip",
-    ("docs/streaming-and-connect.md", "sc://spark-connect:15002"): "needs a Spark Connect server: tests/e2e/test_spark_connect.py",
-    ("docs/streaming-and-connect.md", "SPARK_REMOTE=sc://host:15002"): "needs a Spark Connect server: tests/e2e/test_spark_connect.py",
+    (
+        "docs/scale.md",
+        "gcloud dataproc",
+    ): "needs a Dataproc cluster: its flags are the build job's, checked in docs/scale.md's synopsis",
+    (
+        "docs/scale.md",
+        "scripts/build_pyfiles.sh",
+    ): "a cluster's --py-files: tests/e2e/test_cluster.py builds and ships the zip",
+    (
+        "docs/streaming-and-connect.md",
+        "sc://spark-connect:15002",
+    ): "needs a Spark Connect server: tests/e2e/test_spark_connect.py",
+    (
+        "docs/streaming-and-connect.md",
+        "SPARK_REMOTE=sc://host:15002",
+    ): "needs a Spark Connect server: tests/e2e/test_spark_connect.py",
 }
 IMAGES_KEYS = 120  # keys 00000000..00000119: README's `get("00000042")` and `keyPrefix "0001"` find samples
 
@@ -61,7 +90,9 @@ class World:
 
 
 def _images(spark, count: int = IMAGES_KEYS):
-    return spark.range(count).selectExpr("id", "unhex(sha2(cast(id AS string), 256)) AS image", "CAST(id % 10 AS INT) AS label")
+    return spark.range(count).selectExpr(
+        "id", "unhex(sha2(cast(id AS string), 256)) AS image", "CAST(id % 10 AS INT) AS label"
+    )
 
 
 def _publish_images(spark, root: str, version: str) -> None:
@@ -77,7 +108,6 @@ def _publish_images(spark, root: str, version: str) -> None:
 @pytest.fixture(scope="module")
 def world(spark, gcs_emulator, tmp_path_factory) -> World:
     import pyspark.sql.functions as F
-
     import spark_webdataset
     from spark_webdataset.jobs.demo import write_digits_source
 
@@ -95,8 +125,9 @@ def world(spark, gcs_emulator, tmp_path_factory) -> World:
     write_digits_source(f"{work}/data/demo/digits", files=2)
     (_images(spark, 42).selectExpr("format_string('%08d', id) AS __key__", "image AS jpg")
         .write.format("webdataset").option("maxSamplesPerShard", 1).mode("overwrite").save(f"{work}/other"))  # fmt: skip
-    _images(spark, 20).selectExpr("format_string('%08d', id) AS __key__", "image AS jpg", "label AS cls") \
-        .write.parquet(f"{work}/incoming")
+    _images(spark, 20).selectExpr("format_string('%08d', id) AS __key__", "image AS jpg", "label AS cls").write.parquet(
+        f"{work}/incoming"
+    )
     digits = f"{work}/data/datasets/digits"
     from tests.support.webdataset_ui_data import published_digits
 
@@ -112,7 +143,9 @@ def world(spark, gcs_emulator, tmp_path_factory) -> World:
     # keys new to LATEST (a child appends them)
     as_samples = ("format_string('%08d', id) AS __key__", "image AS jpg", "label AS cls")
     world.namespace_by_document["docs/gcs.md"] = {"df": df.selectExpr(*as_samples)}
-    world.namespace_by_document["docs/versions.md"] = {"df": _images(spark, 200).where("id >= 150").selectExpr(*as_samples)}
+    world.namespace_by_document["docs/versions.md"] = {
+        "df": _images(spark, 200).where("id >= 150").selectExpr(*as_samples)
+    }
     return world
 
 
@@ -171,7 +204,9 @@ def _run_shell(block: Block, world: World) -> None:
         if _parser_of(words) is not None:
             _check_flags(block, words)
         if is_synopsis(words):
-            assert _parser_of(words) is not None, f"{block.where}: a synopsis of a command the runner does not know: {command}"
+            assert _parser_of(words) is not None, (
+                f"{block.where}: a synopsis of a command the runner does not know: {command}"
+            )
             continue
         words = without_optional_parts(words)
         if words[0] == "spark-webdataset":

@@ -10,6 +10,7 @@ from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.retention import PROOF_FILES, RetentionPolicy, collect
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.storage import storage_for
+
 from tests.support.chains import build_chain, commit_version, publish_version
 
 
@@ -43,14 +44,24 @@ def test_gc_on_gcs_retires_old_versions_keeps_what_kept_ones_reference_and_chang
     assert report.bytes_freed == planned.bytes_freed
     after = objects(root)
     kept = ("versions/v3/", "versions/v4/", "_published/v3.json", "_published/v4.json", "LATEST")
-    assert {p: h for p, h in after.items() if p.startswith(kept)} == {p: h for p, h in before.items() if p.startswith(kept)}
+    assert {p: h for p, h in after.items() if p.startswith(kept)} == {
+        p: h for p, h in before.items() if p.startswith(kept)
+    }
     reader = spark_webdataset.open(root)
     assert [(key, reader.get(key)) for key in reader.keys()] == read_before
     # v4 references v2's shards: proven by v2's validation report, generations and the server's crc32c
     assert validate_version(f"{root}/versions/v4", workers=1, write_report=False).ok
     assert Dataset(root).published_ids() == ["v3", "v4"]
-    assert {v.version: v.state.value for v in describe_root(root).versions} == {"v2": "retired", "v3": "published", "v4": "latest"}
+    assert {v.version: v.state.value for v in describe_root(root).versions} == {
+        "v2": "retired",
+        "v3": "published",
+        "v4": "latest",
+    }
     held = {e.name for e in Dataset(root).version("v4").read_manifest().shards if e.version == "v2"}
-    assert held and {p for p in after if p.startswith("versions/v2/")} == {f"versions/v2/{n}" for n in held | set(PROOF_FILES)}
-    assert not any(p.startswith(("versions/v1/", "versions/tmp-dead/", "_published/v1", "_published/v2")) for p in after)
+    assert held and {p for p in after if p.startswith("versions/v2/")} == {
+        f"versions/v2/{n}" for n in held | set(PROOF_FILES)
+    }
+    assert not any(
+        p.startswith(("versions/v1/", "versions/tmp-dead/", "_published/v1", "_published/v2")) for p in after
+    )
     assert collect(root, policy).files_deleted == [] and objects(root) == after

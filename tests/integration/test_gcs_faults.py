@@ -8,12 +8,12 @@ import signal
 import time
 
 import pytest
-
 from spark_webdataset import fault_points as faults
-from tests.support.fault_proxy import FaultPlan, FaultProxy, FaultRule, gcs_through, use_gcs_endpoint
-from tests.support.helpers import failed_task_attempts, spark_submit
 from spark_webdataset.airflow.pipeline import publish_step, validate_step
 from spark_webdataset.storage import storage_for
+
+from tests.support.fault_proxy import FaultPlan, FaultProxy, FaultRule, gcs_through, use_gcs_endpoint
+from tests.support.helpers import failed_task_attempts, spark_submit
 
 pytestmark = pytest.mark.slow
 
@@ -134,7 +134,9 @@ def test_publish_whose_record_create_and_latest_update_lose_their_responses(spar
     assert validate_version(target).ok
     assert advance_latest(root, "20261101T000000Z") == "20261101T000000Z"  # LATEST exists: publish must update it
     storage = storage_for(root)
-    lose_record = FaultRule("drop_after_effect", object=rf"/_published/{version}\.json$", method="POST", precondition="create")
+    lose_record = FaultRule(
+        "drop_after_effect", object=rf"/_published/{version}\.json$", method="POST", precondition="create"
+    )
     lose_latest = FaultRule("drop_after_effect", object=r"(^|/)LATEST$", method="POST", precondition="update")
     plan = FaultPlan(rate=0, rules=[lose_record, lose_latest])
     with gcs_through(gcs_emulator.url, plan):

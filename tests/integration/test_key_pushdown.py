@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from spark_webdataset.spark.options import ReadOptions
 from spark_webdataset.spark.reader import WebDatasetReader
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 import spark_webdataset
 from spark_webdataset.errors import ChecksumMismatch, CorruptIndex, SampleMismatch, from_spark
+
 from tests.support.webdataset_ui_data import commit_table
 from tests.unit.format.test_sample_index_damage import index_path, rewrite_rows, set_row
 
@@ -88,7 +88,9 @@ def test_a_key_range_read_of_a_sample_the_shard_was_cut_inside_is_a_sample_misma
 
 def _one_sample_shard_of(root: Path, total: int) -> Path:
     """A version of one sample whose shard is exactly `total` bytes (a multiple of 512)."""
-    probe = commit_table(root.parent / "probe", "v1", pa.table({"id": [0], "txt": [b"x"]}), fields=[("txt", "txt", "binary")])
+    probe = commit_table(
+        root.parent / "probe", "v1", pa.table({"id": [0], "txt": [b"x"]}), fields=[("txt", "txt", "binary")]
+    )
     overhead = (probe / "shard-000000.tar").stat().st_size - 512  # headers and end blocks around one block of payload
     payload = b"y" * (total - overhead)
     version = commit_table(root, "v1", pa.table({"id": [0], "txt": [payload]}), fields=[("txt", "txt", "binary")],

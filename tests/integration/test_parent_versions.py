@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 import spark_webdataset
 from spark_webdataset.dataset.catalog import describe, format_description
 from spark_webdataset.dataset.layout import Dataset
@@ -27,9 +26,13 @@ pytestmark = pytest.mark.slow
 
 
 def _frame(spark, start: int, count: int):
-    return spark.range(start, start + count).selectExpr(
-        "format_string('k%05d', id) AS __key__", "concat('text ', id) AS txt", "CAST(id % 10 AS INT) AS cls"
-    ).repartition(2)
+    return (
+        spark.range(start, start + count)
+        .selectExpr(
+            "format_string('k%05d', id) AS __key__", "concat('text ', id) AS txt", "CAST(id % 10 AS INT) AS cls"
+        )
+        .repartition(2)
+    )
 
 
 def _build(spark, root: str, version: str, start: int, count: int, parent: str | None) -> None:
@@ -46,7 +49,9 @@ def _keys_by_reader(spark, uri: str) -> list[str]:
 
 
 @pytest.mark.parametrize("where", ["local", "gcs"])
-def test_a_chain_of_appends_references_its_parents_shards_and_every_reader_follows(spark, tmp_path, where, request) -> None:
+def test_a_chain_of_appends_references_its_parents_shards_and_every_reader_follows(
+    spark, tmp_path, where, request
+) -> None:
     base = request.getfixturevalue("bucket") if where == "gcs" else str(tmp_path)
     root = f"{base}/data"
     storage = storage_for(root)
@@ -92,14 +97,18 @@ def test_a_chain_of_appends_references_its_parents_shards_and_every_reader_follo
         assert sorted(ds[i]["__key__"] for i in range(len(ds))) == [f"k{i:05d}" for i in range(190)]
         base_dir = f"{root}/versions/v3"
         shards = [f"{base_dir}/{url}" for url in urls]
-        assert sorted(s["__key__"] for s in wds.WebDataset(shards, shardshuffle=False)) == [f"k{i:05d}" for i in range(190)]
+        assert sorted(s["__key__"] for s in wds.WebDataset(shards, shardshuffle=False)) == [
+            f"k{i:05d}" for i in range(190)
+        ]
 
 
 def test_an_append_of_a_key_the_parent_holds_fails_with_nothing_visible(spark, tmp_path) -> None:
     root = str(tmp_path / "data")
     _build(spark, root, "v1", 0, 50, None)
     with pytest.raises(Exception) as caught:
-        _frame(spark, 45, 10).write.format("webdataset").option("parent", "v1").mode("overwrite").save(f"{root}/versions/v2")
+        _frame(spark, 45, 10).write.format("webdataset").option("parent", "v1").mode("overwrite").save(
+            f"{root}/versions/v2"
+        )
     assert isinstance(from_spark(caught.value), DuplicateKey) and "k00045" in str(caught.value)
     assert not (tmp_path / "data" / "versions" / "v2" / "_manifest.json").exists()
 
@@ -160,6 +169,7 @@ def test_the_view_shows_the_parent_and_previews_referenced_shards(spark, tmp_pat
         from fastapi.testclient import TestClient
 
     from spark_webdataset.airflow.ui.app import create_app
+
     from tests.support.webdataset_ui_data import write_digits_config
 
     root = tmp_path / "data"
@@ -178,4 +188,7 @@ def test_the_view_shows_the_parent_and_previews_referenced_shards(spark, tmp_pat
     assert one["count"] == 3 and {s["shard"] for s in one["samples"]} == {referenced}
     by_key = client.get("/api/datasets/chain/versions/v2/preview?mode=key&key=k00005").json()
     assert [s["key"] for s in by_key["samples"]] == ["k00005"] and by_key["samples"][0]["shard"].startswith("../v1/")
-    assert client.get("/api/datasets/chain/versions/v2/preview", params={"shard": "../../x/shard-000000.tar"}).status_code == 400
+    assert (
+        client.get("/api/datasets/chain/versions/v2/preview", params={"shard": "../../x/shard-000000.tar"}).status_code
+        == 400
+    )

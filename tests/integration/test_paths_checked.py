@@ -14,14 +14,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 import spark_webdataset
-from tests.support.helpers import raised, snapshot_files, write
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.retention import RetentionPolicy, collect
 from spark_webdataset.dataset.validate import validate_version
-from spark_webdataset.errors import InputError, InvalidVersionId, NestedDatasetRoot, from_spark
+from spark_webdataset.errors import InputError, InvalidVersionId, NestedDatasetRoot
+
+from tests.support.helpers import raised, snapshot_files, write
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +87,9 @@ def test_a_write_into_a_version_that_is_a_published_dataset_root_is_refused(spar
         assert isinstance(error, NestedDatasetRoot) and "is itself a dataset root" in str(error), error
     assert snapshot_files(tmp_path) == before
     # both readers still see inner's one sample set
-    keys = sorted(row["__key__"] for row in spark.read.format("webdataset").load(str(inner)).select("__key__").collect())
+    keys = sorted(
+        row["__key__"] for row in spark.read.format("webdataset").load(str(inner)).select("__key__").collect()
+    )
     assert keys == sorted(spark_webdataset.open(str(inner)).keys()) == [f"inner{i:05d}" for i in range(4)]
 
 

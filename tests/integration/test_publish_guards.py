@@ -7,11 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from spark_webdataset.dataset.layout import Dataset
+from spark_webdataset.errors import VersionSealed
 
 from tests.support.fenced_committer import published
-
-from spark_webdataset.errors import VersionSealed
-from spark_webdataset.dataset.layout import Dataset
 
 
 def test_a_write_into_a_published_version_is_refused_before_any_task_runs(spark, tmp_path) -> None:

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 import spark_webdataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import SampleMismatch
 from spark_webdataset.format.sample_index import read_index, write_index
 from spark_webdataset.storage import storage_for
+
 from tests.support.helpers import manifest, run_cli
 from tests.support.streaming_driver import stream
 from tests.support.tars import tar_samples
@@ -70,7 +70,12 @@ def _assert_reads_exactly(uri: str, expected: dict[str, dict[str, bytes]]) -> No
         got = samples.get(key)
         assert got.pop("__key__") == key
         assert got == expected[key], key
-    assert [samples[i]["__key__"] for i in (0, 1, len(keys) // 2, -1)] == [keys[0], keys[1], keys[len(keys) // 2], keys[-1]]
+    assert [samples[i]["__key__"] for i in (0, 1, len(keys) // 2, -1)] == [
+        keys[0],
+        keys[1],
+        keys[len(keys) // 2],
+        keys[-1],
+    ]
     with pytest.raises(KeyError):
         samples.get("s999999x")
     assert "s999999x" not in samples and keys[3] in samples
@@ -99,7 +104,9 @@ def test_open_reads_a_streams_micro_batches(spark, tmp_path) -> None:
     for batch, (start, count) in enumerate([(0, 40), (40, 25), (65, 30)]):
         rows = [{"__key__": f"{i:06d}", "txt": f"row {i}", "cls": i % 7} for i in range(start, start + count)]
         (source / f"{batch}.json").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    stream(spark, str(source), str(version), str(checkpoint), {"maxSamplesPerShard": "20"}, available_now=True).awaitTermination()
+    stream(
+        spark, str(source), str(version), str(checkpoint), {"maxSamplesPerShard": "20"}, available_now=True
+    ).awaitTermination()
     assert manifest(version)["run"]["streams"] == {str(checkpoint): 2}
     _assert_reads_exactly(str(version), tar_samples(sorted(version.glob("shard-*.tar"))))
     assert validate_version(str(version)).ok
@@ -125,9 +132,14 @@ def test_a_byte_flipped_after_publish_fails_the_read_naming_shard_and_offset(spa
     # the CLI: where a sample lies, one field's bytes, and the damaged one named
     described = json.loads(run_cli("get", str(root), "s000078").stdout)
     assert (described["key"], described["version"]) == ("s000078", str(version))
-    assert described["fields"] == {"bin": 32, "txt": len(spark_webdataset.open(str(root)).get("s000078")["txt"]), "cls": 1}
+    assert described["fields"] == {
+        "bin": 32,
+        "txt": len(spark_webdataset.open(str(root)).get("s000078")["txt"]),
+        "cls": 1,
+    }
     field = subprocess.run(
-        [sys.executable, "-m", "spark_webdataset.cli", "get", str(root), "s000078", "--field", "bin"], capture_output=True
+        [sys.executable, "-m", "spark_webdataset.cli", "get", str(root), "s000078", "--field", "bin"],
+        capture_output=True,
     )
     assert field.returncode == 0 and field.stdout == spark_webdataset.open(str(root)).get("s000078")["bin"]
     damaged, absent = run_cli("get", str(root), "s000077", "--field", "txt"), run_cli("get", str(root), "nope")
@@ -150,7 +162,9 @@ def test_validation_fails_on_an_index_off_by_one_sample_or_one_byte(spark, tmp_p
     write_index(index.to_batches(), str(index_path))
     report = validate_version(str(version))
     assert not report.ok
-    assert any("sample index row 100" in e["error"] or "sample index row 150" in e["error"] for e in report.errors), report.errors
+    assert any("sample index row 100" in e["error"] or "sample index row 150" in e["error"] for e in report.errors), (
+        report.errors
+    )
 
 
 def test_a_warm_index_on_gcs_costs_one_request_a_sample(spark, bucket, monkeypatch) -> None:

@@ -17,18 +17,20 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 import spark_webdataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import ChecksumMismatch, CorruptIndex, SampleMismatch, from_spark
+
 from tests.support.webdataset_ui_data import commit_table
 
 SAMPLES = 300
 
 
 def _published(root: Path) -> Path:
-    table = pa.table({"id": list(range(SAMPLES)), "txt": [f"text {i} ".encode() * (i % 23 + 1) for i in range(SAMPLES)]})
+    table = pa.table(
+        {"id": list(range(SAMPLES)), "txt": [f"text {i} ".encode() * (i % 23 + 1) for i in range(SAMPLES)]}
+    )
     version = commit_table(root, "v1", table, fields=[("txt", "txt", "binary")], max_shard_bytes=32 * 1024)
     assert validate_version(str(version), workers=1).ok
     publish(str(root), "v1")
@@ -69,11 +71,15 @@ def test_an_intact_version_reads_back_whole_and_by_range(spark, version: Path) -
     keys_only = _read(spark, root, "__key__ string").collect()  # no payload column: every byte still read
     assert sorted(r["__key__"] for r in keys_only) == sorted(rows)
     ranged = _read(spark, root, keyMin="00040", keyMax="00044").collect()
-    assert {r["__key__"]: r["txt"] for r in ranged} == {k: rows[k] for k in ("00040", "00041", "00042", "00043", "00044")}
+    assert {r["__key__"]: r["txt"] for r in ranged} == {
+        k: rows[k] for k in ("00040", "00041", "00042", "00043", "00044")
+    }
 
 
 @pytest.mark.parametrize("schema", ["__key__ string, txt binary", "__key__ string"], ids=["payloads", "keys only"])
-def test_a_flipped_payload_byte_fails_the_whole_shard_read_naming_shard_and_version(spark, version: Path, schema) -> None:
+def test_a_flipped_payload_byte_fails_the_whole_shard_read_naming_shard_and_version(
+    spark, version: Path, schema
+) -> None:
     root = version.parent.parent
     shard, _ = _flip(version, "00150")
     error, raw = _typed(lambda: _read(spark, root, schema).collect())
@@ -129,7 +135,9 @@ def test_on_gcs_a_flipped_byte_fails_whole_and_ranged_reads_and_intact_ones_pass
     from spark_webdataset.storage import storage_for
 
     version = f"{bucket}/checks/versions/v1"
-    frame = spark.range(0, 400, 1, 2).selectExpr("format_string('k%05d', id) AS __key__", "repeat(cast(id AS STRING), 50) AS txt")
+    frame = spark.range(0, 400, 1, 2).selectExpr(
+        "format_string('k%05d', id) AS __key__", "repeat(cast(id AS STRING), 50) AS txt"
+    )
     frame.write.format("webdataset").option("maxShardBytes", "64KiB").mode("overwrite").save(version)
     read = lambda **options: _read(spark, version, "__key__ string, txt string", **options).collect()  # noqa: E731
     assert len(read()) == 400 and [r["__key__"] for r in read(keyMin="k00200", keyMax="k00201")] == ["k00200", "k00201"]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.errors import (
     InputError,
 )
 from spark_webdataset.jobs.reshard import parser, reshard
+
 from tests.support.helpers import assert_version_consistent, shard_paths, text_v1
 from tests.support.tars import tar_keys, tar_samples
 
@@ -129,7 +129,9 @@ def test_reshard_reads_a_shard_pattern(spark, text_root, tmp_path) -> None:
 def test_reshard_refuses_more_shards_than_rows(spark, text_root, tmp_path) -> None:
     from spark_webdataset.jobs.reshard import reshard
 
-    args = reshard_args("--input", str(text_v1(text_root)), "--output", str(tmp_path), "--version", "r", "--shard-multiple", "200")
+    args = reshard_args(
+        "--input", str(text_v1(text_root)), "--output", str(tmp_path), "--version", "r", "--shard-multiple", "200"
+    )
     with pytest.raises(InputError, match="120 samples cannot fill 200 shards"):
         reshard(spark, args)
     assert Dataset(str(tmp_path)).version("r").read_manifest() is None

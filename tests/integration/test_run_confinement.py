@@ -9,14 +9,12 @@ import re
 from pathlib import Path
 
 import pytest
-
-from tests.support.dataset_dags import write_config
 from spark_webdataset.airflow.configs import load_folder
-from spark_webdataset.errors import NestedDatasetRoot, from_spark
 from spark_webdataset.dataset.paths import ROOT_RULE, check_dataset_root
-from tests.support.dataset_dags import DAY
-from tests.support.helpers import snapshot_files
+from spark_webdataset.errors import NestedDatasetRoot, from_spark
 
+from tests.support.dataset_dags import DAY, write_config
+from tests.support.helpers import snapshot_files
 
 # -- a root inside a published version: refused everywhere ---------------------------------------------------
 
@@ -76,8 +74,8 @@ def test_the_jobs_refuse_a_root_inside_a_published_version_before_spark_starts(p
 
 def test_publish_and_the_pipeline_steps_refuse_a_root_inside_a_published_version(published_root) -> None:
     from spark_webdataset.airflow.pipeline import plan_run, publish_step, validate_step
-    from spark_webdataset.errors import PipelineError
     from spark_webdataset.dataset.publish import publish
+    from spark_webdataset.errors import PipelineError
 
     inside = str(published_root / "versions" / "20261101")
     before = snapshot_files(published_root)

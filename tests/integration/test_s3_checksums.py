@@ -7,11 +7,11 @@ import threading
 import time
 
 import pytest
-
+from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.tree import STAGED_INDEX_NAME
 from spark_webdataset.errors import ChecksumMismatch, from_spark
 from spark_webdataset.storage import storage_for
-from spark_webdataset import fault_points as faults
+
 from tests.integration.test_checksums import write
 
 pytestmark = pytest.mark.slow
@@ -56,4 +56,6 @@ def test_on_s3_a_commit_fails_when_the_server_crc32c_differs_naming_the_shard(sp
     assert "shard-000000.tar" in str(typed) and "crc32c" in str(typed)
     left = storage.list_sizes(version)
     assert "_manifest.json" not in left and "shard-000000.tar" not in left
-    assert not [name for name in storage.crc32c_below(version) or {} if name.startswith("_staging/") and name.endswith(".tar")]
+    assert not [
+        name for name in storage.crc32c_below(version) or {} if name.startswith("_staging/") and name.endswith(".tar")
+    ]

@@ -11,13 +11,14 @@ import tarfile
 
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.storage import storage_for
+
 from tests.support.fenced_committer import commit_samples
 from tests.support.helpers import run_cli
 
 
 def test_validate_publish_latest_inspect_pin_gc_get_and_cat_on_s3(s3_bucket) -> None:
     root = f"{s3_bucket}/ds"
-    for version, prefix in (("2026120{}T000000Z".format(n), f"v{n}-") for n in (1, 2, 3)):
+    for version, prefix in ((f"2026120{n}T000000Z", f"v{n}-") for n in (1, 2, 3)):
         uri = Dataset(root).version(version).uri
         commit_samples(uri, prefix, 12)
         done = run_cli("validate", uri, "--workers", "1", "--quiet")

@@ -8,11 +8,16 @@ import time
 from pathlib import Path
 
 import pytest
-
-from spark_webdataset.errors import DuplicateKey, from_spark
 from spark_webdataset import fault_points as faults
+from spark_webdataset.errors import DuplicateKey, from_spark
 
-from tests.support.helpers import assert_version_consistent, failed_task_attempts, manifest, run_until_every_task_ended, shard_paths
+from tests.support.helpers import (
+    assert_version_consistent,
+    failed_task_attempts,
+    manifest,
+    run_until_every_task_ended,
+    shard_paths,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +58,8 @@ def test_failed_job_leaves_no_manifest_and_next_run_cleans_staging(spark, tmp_pa
     )
     with pytest.raises(Exception, match="invalid sample key 'bad.key'"):  # nothing is left once every task ended
         run_until_every_task_ended(
-            spark, lambda: bad.write.format("webdataset").option("maxShardBytes", "64KiB").mode("overwrite").save(str(target))
+            spark,
+            lambda: bad.write.format("webdataset").option("maxShardBytes", "64KiB").mode("overwrite").save(str(target)),
         )
     assert not (target / "_manifest.json").exists()
     assert not shard_paths(target)
@@ -88,21 +94,65 @@ def _write(frame, target: Path, **options) -> None:
 
 
 BAD_INPUTS = {
-    "null key": ("CASE WHEN id = 7 THEN NULL ELSE format_string('k%03d', id) END AS __key__, id AS cls", {}, "the key is null"),
-    "empty key": ("CASE WHEN id = 7 THEN '' ELSE format_string('k%03d', id) END AS __key__, id AS cls", {}, "the key is empty"),
+    "null key": (
+        "CASE WHEN id = 7 THEN NULL ELSE format_string('k%03d', id) END AS __key__, id AS cls",
+        {},
+        "the key is null",
+    ),
+    "empty key": (
+        "CASE WHEN id = 7 THEN '' ELSE format_string('k%03d', id) END AS __key__, id AS cls",
+        {},
+        "the key is empty",
+    ),
     "dot in key": ("format_string('dir/k%03d.x', id) AS __key__, id AS cls", {}, ".x' holds a '.'"),
-    "duplicate key, one partition": ("format_string('k%03d', id % 50) AS __key__, id AS cls", {}, "duplicate sample key 'k0"),
-    "upper-case field": ("format_string('k%03d', id) AS __key__, id AS Cls", {}, "field names must be lower case ('Cls'"),
+    "duplicate key, one partition": (
+        "format_string('k%03d', id % 50) AS __key__, id AS cls",
+        {},
+        "duplicate sample key 'k0",
+    ),
+    "upper-case field": (
+        "format_string('k%03d', id) AS __key__, id AS Cls",
+        {},
+        "field names must be lower case ('Cls'",
+    ),
     "colliding fields": ("format_string('k%03d', id) AS __key__, id AS cls, id + 1 AS cls", {}, "'cls' appears twice"),
-    "reserved column": ("format_string('k%03d', id) AS __key__, id AS cls, 'u' AS __url__", {}, "'__url__' is a reserved column"),
+    "reserved column": (
+        "format_string('k%03d', id) AS __key__, id AS cls, 'u' AS __url__",
+        {},
+        "'__url__' is a reserved column",
+    ),
     "no key column": ("format_string('k%03d', id) AS name, id AS cls", {}, "no '__key__' column"),
-    "unencodable type": ("format_string('k%03d', id) AS __key__, INTERVAL '1' DAY AS gap", {}, "column 'gap' has type interval day"),
-    "long member name": ("concat(repeat('k', 97), id) AS __key__, id AS cls", {}, "bytes; portable USTAR names hold at most 100"),
+    "unencodable type": (
+        "format_string('k%03d', id) AS __key__, INTERVAL '1' DAY AS gap",
+        {},
+        "column 'gap' has type interval day",
+    ),
+    "long member name": (
+        "concat(repeat('k', 97), id) AS __key__, id AS cls",
+        {},
+        "bytes; portable USTAR names hold at most 100",
+    ),
     "non-ASCII name": ("concat('ключ', id) AS __key__, id AS cls", {}, "is not ASCII"),
-    "all fields null": ("format_string('k%03d', id) AS __key__, CASE WHEN id = 3 THEN NULL ELSE id END AS cls", {}, "'k003': every field is null"),
-    "tiny shard cap": ("format_string('k%03d', id) AS __key__, id AS cls", {"maxShardBytes": "1000"}, "maxShardBytes=1000 is smaller"),
-    "bad size": ("format_string('k%03d', id) AS __key__, id AS cls", {"maxShardBytes": "lots"}, "maxShardBytes='lots' is not a byte size"),
-    "unknown option": ("format_string('k%03d', id) AS __key__, id AS cls", {"maxShardSize": "1GiB"}, "unknown option(s) maxshardsize"),
+    "all fields null": (
+        "format_string('k%03d', id) AS __key__, CASE WHEN id = 3 THEN NULL ELSE id END AS cls",
+        {},
+        "'k003': every field is null",
+    ),
+    "tiny shard cap": (
+        "format_string('k%03d', id) AS __key__, id AS cls",
+        {"maxShardBytes": "1000"},
+        "maxShardBytes=1000 is smaller",
+    ),
+    "bad size": (
+        "format_string('k%03d', id) AS __key__, id AS cls",
+        {"maxShardBytes": "lots"},
+        "maxShardBytes='lots' is not a byte size",
+    ),
+    "unknown option": (
+        "format_string('k%03d', id) AS __key__, id AS cls",
+        {"maxShardSize": "1GiB"},
+        "unknown option(s) maxshardsize",
+    ),
 }
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
-
 from spark_webdataset.errors import (
     BadOption,
     InputError,
     from_spark,
 )
+
 from tests.support.helpers import run_python
 from tests.support.tars import write_tar
 
@@ -97,8 +97,10 @@ def test_reads_shards_from_webdataset_shardwriter_with_differing_fields(spark, t
             if i % 2 == 0:
                 sample["cls"] = str(i)
             sink.write(sample)
-    frame = spark.read.format("webdataset").schema("__key__ string, txt string, cls int").load(
-        str(tmp_path / "foreign-*.tar")
+    frame = (
+        spark.read.format("webdataset")
+        .schema("__key__ string, txt string, cls int")
+        .load(str(tmp_path / "foreign-*.tar"))
     )
     rows = {r["__key__"]: (r["txt"], r["cls"]) for r in frame.collect()}
     assert rows["img000"] == ("caption 0", 0) and rows["img001"] == ("caption 1", None)
@@ -116,16 +118,24 @@ def test_reads_a_gnu_tar_of_a_directory(spark, tmp_path) -> None:
     # GNU tar adds a directory member "a/": not a <key>.<field> name
     with pytest.raises(Exception, match=r"gnu.tar: offset 0.*not a regular file"):
         frame.collect()
-    subprocess.run(["tar", "-cf", str(shard), "--sort=name", "-C", str(files), "a/one.json", "a/one.txt", "a/two.txt"], check=True)
-    rows = sorted(tuple(r) for r in spark.read.format("webdataset").schema("__key__ string, txt string, json string").load(str(shard)).collect())
+    subprocess.run(
+        ["tar", "-cf", str(shard), "--sort=name", "-C", str(files), "a/one.json", "a/one.txt", "a/two.txt"], check=True
+    )
+    rows = sorted(
+        tuple(r)
+        for r in spark.read.format("webdataset")
+        .schema("__key__ string, txt string, json string")
+        .load(str(shard))
+        .collect()
+    )
     assert rows == [("a/one", "1", "{}"), ("a/two", "2", None)]
 
 
 def test_bad_shard_fails_with_name_and_offset_or_is_skipped_and_counted(spark, tmp_path) -> None:
     target = tmp_path / "v"
-    spark.range(30).selectExpr("format_string('k%03d', id) AS __key__", "repeat('x', 600) AS txt").coalesce(1).write.format(
-        "webdataset"
-    ).option("maxSamplesPerShard", 10).mode("overwrite").save(str(target))
+    spark.range(30).selectExpr("format_string('k%03d', id) AS __key__", "repeat('x', 600) AS txt").coalesce(
+        1
+    ).write.format("webdataset").option("maxSamplesPerShard", 10).mode("overwrite").save(str(target))
     bad = target / "shard-000001.tar"
     bad.write_bytes(bad.read_bytes()[:3000])
     with pytest.raises(Exception, match=r"shard-000001.tar: offset 1536: member 'k011.txt' is truncated"):
@@ -171,8 +181,10 @@ def foreign(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_foreign_shard_decodes_true_false_and_zoned_timestamps(spark, foreign) -> None:
-    frame = spark.read.format("webdataset").schema("__key__ string, at timestamp, cls int, flag boolean").load(
-        str(foreign / "good.tar")
+    frame = (
+        spark.read.format("webdataset")
+        .schema("__key__ string, at timestamp, cls int, flag boolean")
+        .load(str(foreign / "good.tar"))
     )
     rows = {r["__key__"]: r for r in frame.selectExpr("__key__", "unix_micros(at) AS micros", "cls", "flag").collect()}
     assert sorted(rows) == sorted(ZONED)
@@ -181,7 +193,9 @@ def test_foreign_shard_decodes_true_false_and_zoned_timestamps(spark, foreign) -
         assert rows[key]["micros"] == int(instant.timestamp() * 1_000_000), key  # the zone is honoured
         assert rows[key]["flag"] is (FLAGS[key] == b"true")
         assert rows[key]["cls"] == index * 3
-    assert rows["s000"]["micros"] == int(datetime.datetime(2026, 12, 1, 8, tzinfo=datetime.timezone.utc).timestamp() * 1e6)
+    assert rows["s000"]["micros"] == int(
+        datetime.datetime(2026, 12, 1, 8, tzinfo=datetime.timezone.utc).timestamp() * 1e6
+    )
 
 
 @pytest.mark.slow
@@ -212,7 +226,11 @@ def with_bad_shards(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("bad")
 
     def members(first: int, count: int) -> list[tuple[str, bytes]]:
-        return [m for i in range(first, first + count) for m in ((f"b{i:03d}.txt", b"t%d" % i), (f"b{i:03d}.cls", b"%d" % i))]
+        return [
+            m
+            for i in range(first, first + count)
+            for m in ((f"b{i:03d}.txt", b"t%d" % i), (f"b{i:03d}.cls", b"%d" % i))
+        ]
 
     write_tar(directory / "shard-000000.tar", members(0, 10))
     truncated = write_tar(directory / "shard-000001.tar", members(10, 10))
@@ -251,8 +269,10 @@ def test_skip_bad_shards_skips_each_bad_shard_whole_and_records_it(spark, with_b
 
 @pytest.mark.slow
 def test_skip_bad_shards_infers_fields_past_a_bad_first_shard(spark, with_bad_shards) -> None:
-    frame = spark.read.format("webdataset").option("skipBadShards", "true").load(
-        str(with_bad_shards / "shard-{000002..000003}.tar")
+    frame = (
+        spark.read.format("webdataset")
+        .option("skipBadShards", "true")
+        .load(str(with_bad_shards / "shard-{000002..000003}.tar"))
     )
     assert frame.columns == ["__key__", "__url__", "txt", "cls"]
     assert frame.count() == 10

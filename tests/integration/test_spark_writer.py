@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from spark_webdataset.errors import (
     FieldMismatch,
     from_spark,
 )
+
 from tests.support.helpers import TEXT_MTIME, assert_version_consistent, manifest, shard_paths, text_v1
 
 pytestmark = pytest.mark.slow
@@ -74,9 +74,7 @@ def test_wids_reads_through_a_shard_index(digits_version, digits_source, tmp_pat
     index = {
         "__kind__": "wids-shard-index-v1",
         "wids_version": 1,
-        "shardlist": [
-            {"url": s["name"], "nsamples": s["samples"], "filesize": s["bytes"]} for s in document["shards"]
-        ],
+        "shardlist": [{"url": s["name"], "nsamples": s["samples"], "filesize": s["bytes"]} for s in document["shards"]],
     }
     # the index beside its shards (urls are relative to it), in this test's own copy: the module's
     # version directory stays as the writer left it

@@ -7,11 +7,10 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from tests.support.helpers import crc32c_text
-
 from spark_webdataset.errors import StorageError
 from spark_webdataset.storage import storage_for
+
+from tests.support.helpers import crc32c_text
 
 
 def test_gcs_missing_objects_read_as_errors_and_delete_as_no_ops(bucket: str) -> None:
@@ -42,9 +41,7 @@ def test_gcs_newest_modification_is_recursive_and_empty_dirs_are_nothing(bucket:
     before = time.time()
     storage.write_atomic(storage.join(job, "a.tar"), b"a")
     storage.write_atomic(storage.join(job, "attempt-0", "b.tar"), b"b")
-    storage.write_atomic(
-        storage.join(bucket, "v1", "_staging", "job-10", "c.tar"), b"c"
-    )  # a sibling, not below
+    storage.write_atomic(storage.join(bucket, "v1", "_staging", "job-10", "c.tar"), b"c")  # a sibling, not below
     newest = storage.newest_modification(job)
     assert newest is not None and before - 5 <= newest <= time.time() + 5
     storage.remove_empty_dir(job)  # object stores have no directories: the objects stay
@@ -55,7 +52,6 @@ def test_gcs_newest_modification_is_recursive_and_empty_dirs_are_nothing(bucket:
 def test_gcs_conditional_writes_into_a_missing_bucket_raise_not_a_precondition(gcs_emulator) -> None:
     """Only a 412 means 'someone else wrote it'; any other failure must surface, not read as lost races."""
     from google.api_core import exceptions
-
     from spark_webdataset.errors import PreconditionFailed
 
     storage = storage_for("gs://no-such-bucket-here")

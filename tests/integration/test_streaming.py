@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
-
-from tests.support.helpers import assert_version_consistent, manifest
-from spark_webdataset.errors import BadOption, DuplicateKey, InvalidKey, from_spark
 from spark_webdataset import fault_points as faults
+from spark_webdataset.errors import BadOption, DuplicateKey, InvalidKey, from_spark
+
 from tests.support import SUPPORT
+from tests.support.helpers import assert_version_consistent, manifest
 from tests.support.streaming_driver import SCHEMA, stream
 
 pytestmark = pytest.mark.slow
@@ -127,13 +127,21 @@ def test_complete_mode_and_a_missing_checkpoint_are_refused_with_the_reason(spar
     source.mkdir()
     _add_file(source, "0.json", _keys(0, 5))
     counts = (
-        spark.readStream.schema(SCHEMA).json(str(source)).groupBy("cls").count()
+        spark.readStream.schema(SCHEMA)
+        .json(str(source))
+        .groupBy("cls")
+        .count()
         .selectExpr("cast(cls as string) as __key__", "cast(count as string) as count")
     )
     with pytest.raises(Exception) as complete:
-        (counts.writeStream.format("webdataset").outputMode("complete")
-         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True)
-         .start(str(tmp_path / "out")).awaitTermination())
+        (
+            counts.writeStream.format("webdataset")
+            .outputMode("complete")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start(str(tmp_path / "out"))
+            .awaitTermination()
+        )
     assert isinstance(from_spark(complete.value), BadOption), complete.value
     assert "webdataset streams append" in str(from_spark(complete.value))
     assert not (tmp_path / "out" / "_manifest.json").exists()
@@ -142,17 +150,31 @@ def test_complete_mode_and_a_missing_checkpoint_are_refused_with_the_reason(spar
     spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "checkpoints"))
     try:
         with pytest.raises(Exception) as missing:
-            (spark.readStream.schema(SCHEMA).json(str(source)).writeStream.format("webdataset")
-             .trigger(availableNow=True).start(str(tmp_path / "out")).awaitTermination())
+            (
+                spark.readStream.schema(SCHEMA)
+                .json(str(source))
+                .writeStream.format("webdataset")
+                .trigger(availableNow=True)
+                .start(str(tmp_path / "out"))
+                .awaitTermination()
+            )
     finally:
         spark.conf.unset("spark.sql.streaming.checkpointLocation")
     assert isinstance(from_spark(missing.value), BadOption), missing.value
     assert "needs option checkpointLocation" in str(from_spark(missing.value))
 
     with pytest.raises(Exception) as upsert:  # a stream appends: upserts are batch writes
-        (spark.readStream.schema(SCHEMA).json(str(source)).writeStream.format("webdataset")
-         .option("checkpointLocation", str(tmp_path / "ck2")).option("parent", "LATEST").option("change", "upsert")
-         .trigger(availableNow=True).start(str(tmp_path / "out")).awaitTermination())
+        (
+            spark.readStream.schema(SCHEMA)
+            .json(str(source))
+            .writeStream.format("webdataset")
+            .option("checkpointLocation", str(tmp_path / "ck2"))
+            .option("parent", "LATEST")
+            .option("change", "upsert")
+            .trigger(availableNow=True)
+            .start(str(tmp_path / "out"))
+            .awaitTermination()
+        )
     assert isinstance(from_spark(upsert.value), BadOption) and "a webdataset stream appends" in str(upsert.value)
 
 
@@ -161,7 +183,9 @@ def _start_driver(source: Path, version: Path, checkpoint: Path, log: Path, **op
     with open(log, "ab") as out:
         return subprocess.Popen(
             [sys.executable, str(driver), str(source), str(version), str(checkpoint), json.dumps(options)],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
 

@@ -10,11 +10,16 @@ from pathlib import Path
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.jobs.validate_spark import spark_check
+
 from tests.support.chains import build_chain, commit_version
 
 
 def _files(directory: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(directory)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_a_spark_validation_of_a_published_version_writes_nothing_under_it(spark, tmp_path) -> None:

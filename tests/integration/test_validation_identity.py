@@ -14,10 +14,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.storage import storage_for
+
 from tests.support.chains import build_chain, commit_version
 
 
@@ -44,7 +44,11 @@ def _flip_keeping_mtime(path: Path, at: int = 600) -> None:
 
 
 def _referenced_errors(report, shard: str, stored_in: str) -> list[dict]:
-    return [e for e in report.errors if e["shard"] == f"../{stored_in}/{shard}" and f"{shard} of version {stored_in}" in e["error"]]
+    return [
+        e
+        for e in report.errors
+        if e["shard"] == f"../{stored_in}/{shard}" and f"{shard} of version {stored_in}" in e["error"]
+    ]
 
 
 def test_local_identity_includes_ctime_which_utime_cannot_put_back(tmp_path) -> None:
@@ -87,7 +91,7 @@ def test_a_parents_shard_whose_identity_moved_is_read_and_passes_with_equal_byte
     # the parent's sha256 carries over (publish puts it in the child's shardindex.json)
     parent_rows = {r["name"]: r for r in json.loads((shard.parent / "_validation.json").read_text())["shards"]}
     for row in (r for r in report.shards if r["name"].startswith("../v1/")):
-        assert row["sha256"] == parent_rows[row["name"][len("../v1/"):]]["sha256"] and row["sha256"]
+        assert row["sha256"] == parent_rows[row["name"][len("../v1/") :]]["sha256"] and row["sha256"]
 
 
 @pytest.mark.parametrize("how", ["copytree", "cp -r"])
@@ -147,8 +151,8 @@ def test_on_gcs_a_parents_shard_overwritten_with_other_bytes_fails_and_with_the_
 def test_a_shard_changed_after_validation_read_it_is_not_vouched_for_by_its_report(tmp_path) -> None:
     """The report records the identity the shard had before it was read: a write during or after
     the check leaves another identity, so a child reads that shard again and finds the change."""
-    from spark_webdataset.dataset.publish import publish
     from spark_webdataset import fault_points as faults
+    from spark_webdataset.dataset.publish import publish
 
     root = str(tmp_path / "data")
     commit_version(root, "v1", 0, 40)

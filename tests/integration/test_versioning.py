@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from tests.support.helpers import raised, write
-
+from spark_webdataset import fault_points as faults
+from spark_webdataset.dataset.layout import Dataset, Version
+from spark_webdataset.dataset.publish import publish
+from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import (
     BadOption,
     DuplicateKey,
@@ -29,14 +30,10 @@ from spark_webdataset.errors import (
     NotCommitted,
     TarFormatError,
     VersionSealed,
-    from_spark,
 )
-from spark_webdataset.dataset.layout import Dataset, Version
-from spark_webdataset.dataset.publish import publish
 from spark_webdataset.spark.reader import resolve
-from spark_webdataset.dataset.validate import validate_version
-from spark_webdataset import fault_points as faults
 
+from tests.support.helpers import raised, write
 
 pytestmark = pytest.mark.slow
 
@@ -204,7 +201,11 @@ def test_latest_follows_logical_dates(spark, tmp_path) -> None:
 
     root = str(tmp_path / "ds")
     dataset = Dataset(root)
-    for version, logical in (("20261201T000000Z", None), ("backup", "2026-11-15T00:00:00Z"), ("20261203T000000Z", None)):
+    for version, logical in (
+        ("20261201T000000Z", None),
+        ("backup", "2026-11-15T00:00:00Z"),
+        ("20261203T000000Z", None),
+    ):
         target = dataset.version(version)
         write(frame(spark, 0, 5, partitions=1), target.uri)
         assert validate_version(target.uri).ok
@@ -223,7 +224,9 @@ def test_root_read_checks_the_manifest_against_its_publish_record(spark, tmp_pat
     root = str(tmp_path / "ds")
     version = published_root(spark, root)
     data = Path(version.manifest_uri).read_bytes()
-    Path(version.manifest_uri).write_bytes(data.replace(b'"sample_index"', b'"sample_index" ', 1))  # same shards, other bytes
+    Path(version.manifest_uri).write_bytes(
+        data.replace(b'"sample_index"', b'"sample_index" ', 1)
+    )  # same shards, other bytes
     assert isinstance(raised(lambda: spark.read.format("webdataset").load(root).count()), ManifestChanged)
 
 

@@ -12,6 +12,7 @@ with warnings.catch_warnings():
 
 from spark_webdataset.airflow.ui import preview as previews
 from spark_webdataset.airflow.ui.app import create_app
+
 from tests.support.webdataset_ui_data import digits_table, published_digits, write_digits_config
 
 
@@ -37,4 +38,3 @@ def test_a_gs_root_reads_through_the_same_storage_layer(bucket, tmp_path) -> Non
     version = Dataset(f"{bucket}/digits").version("20261201T000000Z")
     with previews._open_shard(version, "shard-000000.tar") as stream:
         assert stream._chunk_size == previews.FETCH_BYTES
-

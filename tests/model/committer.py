@@ -17,7 +17,6 @@ import sys
 
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
-
 from spark_webdataset.errors import WebDatasetError
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.spark.writer import WebDatasetWriter
@@ -25,9 +24,13 @@ from spark_webdataset.spark.writer import WebDatasetWriter
 SAMPLES_PER_SHARD = 3  # small shards: changes touch some and reference the others
 Row = tuple[str, "bytes | None"]  # txt (utf-8 text), bin (bytes or null: no member)
 
-SCHEMA = StructType([StructField("__key__", StringType()), StructField("txt", StringType()), StructField("bin", BinaryType())])
+SCHEMA = StructType(
+    [StructField("__key__", StringType()), StructField("txt", StringType()), StructField("bin", BinaryType())]
+)
 # the same field names with another type for `bin`: a chain's types are part of its schema
-RETYPED = StructType([StructField("__key__", StringType()), StructField("txt", StringType()), StructField("bin", StringType())])
+RETYPED = StructType(
+    [StructField("__key__", StringType()), StructField("txt", StringType()), StructField("bin", StringType())]
+)
 KEYS_ONLY = StructType([StructField("__key__", StringType())])
 
 
@@ -44,8 +47,14 @@ def _batch(rows: dict[str, Row], change: str | None, retyped: bool) -> tuple[Str
 
 
 def start(
-    uri: str, rows: dict[str, Row], *, overwrite: bool, parent: str | None = None, change: str | None = None,
-    lease_seconds: float = 120.0, retyped: bool = False,
+    uri: str,
+    rows: dict[str, Row],
+    *,
+    overwrite: bool,
+    parent: str | None = None,
+    change: str | None = None,
+    lease_seconds: float = 120.0,
+    retyped: bool = False,
 ) -> tuple[WebDatasetWriter, object]:
     """A job's start (the driver's writer: checks, parent resolved, base read) and its one task's
     staging; `finish` commits it. Between the two, another job may commit (a race)."""
@@ -75,19 +84,35 @@ def finish(started: tuple[WebDatasetWriter, object]) -> None:
 
 
 def commit(
-    uri: str, rows: dict[str, Row], *, overwrite: bool, parent: str | None = None, change: str | None = None,
-    lease_seconds: float = 120.0, retyped: bool = False,
+    uri: str,
+    rows: dict[str, Row],
+    *,
+    overwrite: bool,
+    parent: str | None = None,
+    change: str | None = None,
+    lease_seconds: float = 120.0,
+    retyped: bool = False,
 ) -> None:
     """Write `rows` to the version at `uri` as one job of one task would (abort on failure, as Spark does)."""
-    finish(start(uri, rows, overwrite=overwrite, parent=parent, change=change, lease_seconds=lease_seconds, retyped=retyped))
+    finish(
+        start(
+            uri, rows, overwrite=overwrite, parent=parent, change=change, lease_seconds=lease_seconds, retyped=retyped
+        )
+    )
 
 
 if __name__ == "__main__":
     uri, rows_json, overwrite, parent, change, lease = sys.argv[1:7]
     rows = {k: (t, None if b is None else b.encode("latin-1")) for k, (t, b) in json.loads(rows_json).items()}
     try:
-        commit(uri, rows, overwrite=overwrite == "1", parent=None if parent == "-" else parent,
-               change=None if change == "-" else change, lease_seconds=float(lease))
+        commit(
+            uri,
+            rows,
+            overwrite=overwrite == "1",
+            parent=None if parent == "-" else parent,
+            change=None if change == "-" else change,
+            lease_seconds=float(lease),
+        )
     except WebDatasetError as error:
         print(f"{type(error).__name__}: {error}", file=sys.stderr)
         sys.exit(3)

@@ -14,11 +14,20 @@ from hypothesis import HealthCheck, settings
 _COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True, report_multiple_bugs=False)
 
 settings.register_profile(
-    "ci", derandomize=True, database=None, max_examples=int(os.environ.get("PROMISE_MACHINE_EXAMPLES", "16")),
-    stateful_step_count=int(os.environ.get("PROMISE_MACHINE_STEPS", "30")), **_COMMON,
+    "ci",
+    derandomize=True,
+    database=None,
+    max_examples=int(os.environ.get("PROMISE_MACHINE_EXAMPLES", "16")),
+    stateful_step_count=int(os.environ.get("PROMISE_MACHINE_STEPS", "30")),
+    **_COMMON,
 )
 settings.register_profile(
-    "soak", derandomize=False, database=None, max_examples=10**9, stateful_step_count=50, **_COMMON,
+    "soak",
+    derandomize=False,
+    database=None,
+    max_examples=10**9,
+    stateful_step_count=50,
+    **_COMMON,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

@@ -117,13 +117,21 @@ class PromiseModel:
         return option, None
 
     def expect_write(
-        self, version: str, rows: dict[str, tuple[str, bytes | None]], *, overwrite: bool, parent: str | None,
-        change: str | None, retyped: bool = False,
+        self,
+        version: str,
+        rows: dict[str, tuple[str, bytes | None]],
+        *,
+        overwrite: bool,
+        parent: str | None,
+        change: str | None,
+        retyped: bool = False,
     ) -> tuple[Outcome, VersionState | None]:
         """What a write job must do, and the version's state after it (None: unchanged)."""
         s = self.state(version)
         if s.live:
-            if change in ("upsert", "delete") and parent is None:  # the options are refused before the version is looked at
+            if (
+                change in ("upsert", "delete") and parent is None
+            ):  # the options are refused before the version is looked at
                 return Outcome(ERROR, ANY, "write into a published version with options that are refused first"), None
             return Outcome(ERROR, SEALED, "write into a published version"), None
         if s.retired:  # refused while gc's mark or files are there; a fresh version once all is gone
@@ -140,7 +148,9 @@ class PromiseModel:
             return Outcome(ERROR, ANY, f"{outcome.why}; and the parent was tampered with"), None
         return outcome, after
 
-    def _expect_write(self, s, version, rows, overwrite, parent, change, retyped) -> tuple[Outcome, VersionState | None]:
+    def _expect_write(
+        self, s, version, rows, overwrite, parent, change, retyped
+    ) -> tuple[Outcome, VersionState | None]:
         if any(re.search(r"[\x00-\x1f\x7f]", key) for key in rows):
             return Outcome(ERROR, INPUT, "a key holds a control character"), None
         if change in ("upsert", "delete") and parent is None:
@@ -159,7 +169,9 @@ class PromiseModel:
             base_parent = existing.parent if existing is not None else None
             base_type = existing.bin_type if existing is not None else None
         elif existing is not None:
-            return Outcome(ERROR, CONFLICT, f"append to a version built on {existing.parent}, with parent {resolved}"), None
+            return Outcome(
+                ERROR, CONFLICT, f"append to a version built on {existing.parent}, with parent {resolved}"
+            ), None
         else:
             parent_state = self.state(resolved)
             base, base_parent, base_type = parent_state.content, resolved, parent_state.bin_type
@@ -177,7 +189,10 @@ class PromiseModel:
         else:
             content = {k: v for k, v in base.items() if k not in incoming}
         after = dataclasses.replace(
-            s, content=content, parent=base_parent, bin_type=base_type if kind == "delete" and base_type else new_type,
+            s,
+            content=content,
+            parent=base_parent,
+            bin_type=base_type if kind == "delete" and base_type else new_type,
             commits=s.commits + 1,
         )
         return Outcome(OK), after
@@ -228,7 +243,11 @@ class PromiseModel:
         retired = {v for v in published if v not in kept}
         removed = set()
         if min_age_zero:
-            removed = {v for v, s in self.versions.items() if s.committed and not s.published and not s.retired and v not in kept}
+            removed = {
+                v
+                for v, s in self.versions.items()
+                if s.committed and not s.published and not s.retired and v not in kept
+            }
         return retired, removed
 
     def apply_gc(self, retired: set[str], removed: set[str]) -> None:

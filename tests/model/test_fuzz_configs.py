@@ -16,20 +16,18 @@ import itertools
 import signal
 import time
 import tracemalloc
-from pathlib import Path
 
 import pytest
 import yaml
 from hypothesis import given
-
-from tests.model.fuzzing import fuzz_settings
 from hypothesis import strategies as st
-
 from spark_webdataset.airflow.configs import DatasetConfig, load_config
 from spark_webdataset.airflow.pipeline import plan_run, render_source
 from spark_webdataset.dataset.build_rules import CHANGES, ORDERS
 from spark_webdataset.errors import DatasetConfigError, WebDatasetError
 from spark_webdataset.format.names import control_error, field_error
+
+from tests.model.fuzzing import fuzz_settings
 
 FUZZ = fuzz_settings(200)
 SECONDS_PER_INPUT = 5.0
@@ -53,12 +51,49 @@ VALID = {
 }
 TEXT = st.one_of(
     st.text(max_size=20),
-    st.sampled_from(["", " ", "..", "../x", "/", "gs://", "gs://b/x", "${HOME}", "${NOPE}", "${X:-y}", "{ds}", "{nope}",
-                     "{ds:>9999999999}", "{ds!r}", "{", "}", "{{", "0", "-1", "1e309", "nan", "3GiB", "0B", "LATEST",
-                     "2026-13-01", "24h", "-5m", "@daily", "a\x00b", "a\nb", "ünï", "x" * 300, "__key__", "TXT"]),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "..",
+            "../x",
+            "/",
+            "gs://",
+            "gs://b/x",
+            "${HOME}",
+            "${NOPE}",
+            "${X:-y}",
+            "{ds}",
+            "{nope}",
+            "{ds:>9999999999}",
+            "{ds!r}",
+            "{",
+            "}",
+            "{{",
+            "0",
+            "-1",
+            "1e309",
+            "nan",
+            "3GiB",
+            "0B",
+            "LATEST",
+            "2026-13-01",
+            "24h",
+            "-5m",
+            "@daily",
+            "a\x00b",
+            "a\nb",
+            "ünï",
+            "x" * 300,
+            "__key__",
+            "TXT",
+        ]
+    ),
 )
 SCALAR = st.one_of(TEXT, st.integers(-(2**70), 2**70), st.floats(allow_nan=True), st.booleans(), st.none())
-VALUE = st.recursive(SCALAR, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3), max_leaves=8)
+VALUE = st.recursive(
+    SCALAR, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3), max_leaves=8
+)
 
 
 class TookTooLong(Exception):

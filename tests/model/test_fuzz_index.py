@@ -24,7 +24,6 @@ import collections
 import contextlib
 import io
 import json
-import os
 import random
 import resource
 import shutil
@@ -34,18 +33,17 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hypothesis import given
-
-from tests.model.fuzzing import fuzz_settings
-from hypothesis import strategies as st
-
 import spark_webdataset
+from hypothesis import given
+from hypothesis import strategies as st
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType  # imported before memory is measured
 from spark_webdataset import cli
-from spark_webdataset.spark.options import KeyRange, ReadOptions
-from spark_webdataset.spark.reader import ShardPartition, WebDatasetReader
 from spark_webdataset.errors import EXIT_BAD_INPUT, EXIT_FAILED, WebDatasetError
 from spark_webdataset.format.sample_index import INDEX_SCHEMA, read_index, write_index
+from spark_webdataset.spark.options import KeyRange, ReadOptions
+from spark_webdataset.spark.reader import ShardPartition, WebDatasetReader
+
+from tests.model.fuzzing import fuzz_settings
 from tests.support.webdataset_ui_data import commit_table
 
 EXAMPLES = 30  # a test; FUZZ_EXAMPLES=N scales it (tests/model/fuzzing.py)
@@ -60,15 +58,21 @@ class Template:
 
     def __init__(self) -> None:
         self.base = Path(tempfile.mkdtemp(prefix="fuzz-index-"))
-        table = pa.table({"id": list(range(SAMPLES)), "txt": [f"text {i} ".encode() * (i % 11 + 1) for i in range(SAMPLES)]})
-        self.version = commit_table(self.base / "root", "v1", table, fields=[("txt", "txt", "binary")], max_shard_bytes=4096)
+        table = pa.table(
+            {"id": list(range(SAMPLES)), "txt": [f"text {i} ".encode() * (i % 11 + 1) for i in range(SAMPLES)]}
+        )
+        self.version = commit_table(
+            self.base / "root", "v1", table, fields=[("txt", "txt", "binary")], max_shard_bytes=4096
+        )
         self.manifest_bytes = (self.version / "_manifest.json").read_bytes()
         document = json.loads(self.manifest_bytes)
         self.index_path = self.version / document["sample_index"]
         self.index_bytes = self.index_path.read_bytes()
         self.rows = read_index(self.index_bytes).to_pylist()
         self.locations = [shard["name"] for shard in document["shards"]]
-        self.expected = {f"{i:05d}": {"__key__": f"{i:05d}", "txt": table.column("txt")[i].as_py()} for i in range(SAMPLES)}
+        self.expected = {
+            f"{i:05d}": {"__key__": f"{i:05d}", "txt": table.column("txt")[i].as_py()} for i in range(SAMPLES)
+        }
 
     def restore(self) -> None:
         (self.version / "_manifest.json").write_bytes(self.manifest_bytes)
@@ -289,7 +293,9 @@ def _bounded(action) -> None:
     assert peak - before < PEAK_BYTES, f"{peak - before} bytes allocated at the peak"
 
 
-_keys = st.lists(st.one_of(st.sampled_from([f"{i:05d}" for i in range(SAMPLES)]), st.text(max_size=8)), min_size=1, max_size=3)
+_keys = st.lists(
+    st.one_of(st.sampled_from([f"{i:05d}" for i in range(SAMPLES)]), st.text(max_size=8)), min_size=1, max_size=3
+)
 _positions = st.lists(st.integers(-SAMPLES - 2, SAMPLES + 2), max_size=2)
 
 
@@ -367,7 +373,13 @@ def test_fuzz_the_mutation_of_issue_29_is_caught() -> None:
         others = rows[:]
         rng.shuffle(others)
         moved = [
-            {**row, "shard": other["shard"], "offset": other["offset"], "length": other["length"], "crc32c": other["crc32c"]}
+            {
+                **row,
+                "shard": other["shard"],
+                "offset": other["offset"],
+                "length": other["length"],
+                "crc32c": other["crc32c"],
+            }
             for row, other in zip(rows, others)
         ]
         made.set_index(_rows_file(moved, "sorted"))

@@ -19,12 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import wids.wids
 from hypothesis import given
-
-from tests.model.fuzzing import fuzz_settings
 from hypothesis import strategies as st
-
 from spark_webdataset.errors import InvalidField, InvalidKey, InvalidMemberName, WebDatasetError
 from spark_webdataset.format.fast_read import read_sample_batches
+from spark_webdataset.format.fast_verify import scan_shard
 from spark_webdataset.format.names import (
     INVALID_KEY_PATTERN,
     KEY_COLUMN,
@@ -38,8 +36,9 @@ from spark_webdataset.format.names import (
     split_member_name,
 )
 from spark_webdataset.format.sample_reader import iter_samples
-from spark_webdataset.format.fast_verify import scan_shard
 from spark_webdataset.format.shard_writer import ShardWriter
+
+from tests.model.fuzzing import fuzz_settings
 
 FUZZ = fuzz_settings(200)
 SECONDS_PER_INPUT = 5.0  # generous: 2 cores shared by the whole suite
@@ -77,7 +76,7 @@ class Counts:
 class Bounded:
     """One input's wall time and Python-side memory peak, asserted on exit."""
 
-    def __enter__(self) -> "Bounded":
+    def __enter__(self) -> Bounded:
         tracemalloc.start()
         self.start = time.monotonic()
         return self

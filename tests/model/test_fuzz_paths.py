@@ -22,17 +22,15 @@ from pathlib import Path
 
 import pytest
 from hypothesis import event, given
-
-from tests.model.fuzzing import fuzz_settings
 from hypothesis import strategies as st
-
-from tests.support.fenced_committer import commit_samples, published
-from tests.support.helpers import snapshot_files
-
 from spark_webdataset import cli
 from spark_webdataset.dataset.layout import Dataset, Version
 from spark_webdataset.dataset.paths import check_dataset_root, check_version_id
 from spark_webdataset.errors import InvalidVersionId, WebDatasetError
+
+from tests.model.fuzzing import fuzz_settings
+from tests.support.fenced_committer import commit_samples, published
+from tests.support.helpers import snapshot_files
 
 ASCII_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
 SLOW_CALL_SECONDS = 5.0  # bounded time: any one call (a CLI run included) takes less
@@ -40,9 +38,43 @@ FUZZ = fuzz_settings(150)
 
 # Pieces a hostile user would try, mixed with generated text.
 PIECES = [
-    "..", ".", "", "/", "//", "versions", "v1", "v2", "2026-12-01", "\x00", "\n", "\r", "\t", "\x1b", "\x7f",
-    "２０２６", "v1а", "vоl", "٢٠٢٦", "v²", "ｖ1", "v1\u0301", "\ud800", "\u202e", "a b", "-v", ".hidden",
-    "_published", "LATEST", "_staging", "x" * 256, "é" * 128, "x" * 5000, "gs://", "file://", "s3://b", "~",
+    "..",
+    ".",
+    "",
+    "/",
+    "//",
+    "versions",
+    "v1",
+    "v2",
+    "2026-12-01",
+    "\x00",
+    "\n",
+    "\r",
+    "\t",
+    "\x1b",
+    "\x7f",
+    "２０２６",
+    "v1а",
+    "vоl",
+    "٢٠٢٦",
+    "v²",
+    "ｖ1",
+    "v1\u0301",
+    "\ud800",
+    "\u202e",
+    "a b",
+    "-v",
+    ".hidden",
+    "_published",
+    "LATEST",
+    "_staging",
+    "x" * 256,
+    "é" * 128,
+    "x" * 5000,
+    "gs://",
+    "file://",
+    "s3://b",
+    "~",
 ]
 ascii_ids = st.from_regex(ASCII_ID, fullmatch=True)
 unicode_text = st.text(alphabet=st.characters(codec=None), max_size=24)
@@ -55,9 +87,13 @@ tails = st.one_of(
     st.lists(parts, max_size=6).map("/".join),
     st.tuples(st.just("versions"), ids).map("/".join),  # ROOT/versions/<id>: the one place a write may land
     # a root inside the root, or ROOT/./versions/ID, ROOT//versions/ID, ROOT/../ds/versions/ID: never
-    st.tuples(st.one_of(st.sampled_from([".", "..", "", "x", "../ds", "./.", "ds"]), parts), st.just("versions"), ids).map("/".join),
+    st.tuples(
+        st.one_of(st.sampled_from([".", "..", "", "x", "../ds", "./.", "ds"]), parts), st.just("versions"), ids
+    ).map("/".join),
     st.tuples(st.sampled_from([".", "..", "", "./.", "../ds"]), st.just("versions"), ascii_ids).map("/".join),
-    st.tuples(st.just("versions"), ids, st.sampled_from(["", "/", "//", "/..", "/x"])).map(lambda t: f"{t[0]}/{t[1]}{t[2]}"),
+    st.tuples(st.just("versions"), ids, st.sampled_from(["", "/", "//", "/..", "/x"])).map(
+        lambda t: f"{t[0]}/{t[1]}{t[2]}"
+    ),
 )
 schemes = st.sampled_from(["", "file://"])
 

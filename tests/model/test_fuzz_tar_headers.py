@@ -19,19 +19,27 @@ import tracemalloc
 
 import pyarrow as pa
 from hypothesis import given
-
-from tests.model.fuzzing import fuzz_settings
 from hypothesis import strategies as st
-
 from spark_webdataset.errors import TarFormatError, WebDatasetError
-from spark_webdataset.format import tar_rules
 from spark_webdataset.format.fast_read import read_sample_batches
+from spark_webdataset.format.fast_verify import scan_shard
 from spark_webdataset.format.names import control_error, key_error
 from spark_webdataset.format.sample_reader import iter_samples
-from spark_webdataset.format.fast_verify import scan_shard
 from spark_webdataset.format.shard_writer import ShardWriter
 from spark_webdataset.format.verify import check_shard
-from tests.support.tars import END, GOOD, Pipe, bogus_pax_length, huge_base256, member, pax, pax_record, pax_size_past_the_end
+
+from tests.model.fuzzing import fuzz_settings
+from tests.support.tars import (
+    END,
+    GOOD,
+    Pipe,
+    bogus_pax_length,
+    huge_base256,
+    member,
+    pax,
+    pax_record,
+    pax_size_past_the_end,
+)
 from tests.unit.format.test_tar_rulebook import CORPUS
 
 FUZZ = fuzz_settings(300)
@@ -56,7 +64,10 @@ def ours(keys: list[str], allow_pax: bool = False) -> bytes:
     writer = ShardWriter(list(FIELDS), lambda index: Keep(), 1 << 30, allow_pax=allow_pax)
     writer.write_batch(
         pa.array(keys),
-        [pa.array([k.encode() * 3 for k in keys], pa.large_binary()), pa.array([str(i).encode() for i in range(len(keys))], pa.large_binary())],
+        [
+            pa.array([k.encode() * 3 for k in keys], pa.large_binary()),
+            pa.array([str(i).encode() for i in range(len(keys))], pa.large_binary()),
+        ],
     )
     writer.close()
     return shards[0]
@@ -65,7 +76,12 @@ def ours(keys: list[str], allow_pax: bool = False) -> bytes:
 def tarfile_made(form: int) -> bytes:
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=form) as tar:
-        for name, data in (("a.txt", b"one"), ("a.cls", b"1"), ("p" * 60 + "/" + "x" * 80 + ".txt", b"long"), ("e.txt", b"")):
+        for name, data in (
+            ("a.txt", b"one"),
+            ("a.cls", b"1"),
+            ("p" * 60 + "/" + "x" * 80 + ".txt", b"long"),
+            ("e.txt", b""),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -79,7 +95,10 @@ BASES = {
     "tarfile pax": tarfile_made(tarfile.PAX_FORMAT),
     "tarfile ustar": tarfile_made(tarfile.USTAR_FORMAT),  # the long name in the prefix field
     "a large member": GOOD + member("b.txt", b"x" * 700) + END,
-    "pax size and path": GOOD + pax(pax_record("path", "b.txt") + pax_record("size", "3")) + member("b.txt", b"abc") + END,
+    "pax size and path": GOOD
+    + pax(pax_record("path", "b.txt") + pax_record("size", "3"))
+    + member("b.txt", b"abc")
+    + END,
     "huge base-256": huge_base256(),
     "bogus pax length": bogus_pax_length(),
     "pax size past the end": pax_size_past_the_end(),
@@ -130,9 +149,17 @@ def mutated(draw) -> Mutant:
     for _ in range(draw(st.integers(0, 3))):  # none: the base itself (valid ones must be read alike)
         header = draw(st.integers(0, blocks - 1)) * BLOCK
         start, end = REGIONS[draw(st.sampled_from(sorted(REGIONS)))]
-        edits.append((header + draw(st.integers(start, end - 1)), draw(st.lists(BYTE, min_size=1, max_size=12)), draw(st.booleans())))
+        edits.append(
+            (
+                header + draw(st.integers(start, end - 1)),
+                draw(st.lists(BYTE, min_size=1, max_size=12)),
+                draw(st.booleans()),
+            )
+        )
     how = draw(st.sampled_from(["keep", "keep", "keep", "truncate", "grow"]))
-    amount = draw(st.integers(0, size)) if how == "truncate" else draw(st.sampled_from([1, BLOCK, 2 * BLOCK, 3 * BLOCK]))
+    amount = (
+        draw(st.integers(0, size)) if how == "truncate" else draw(st.sampled_from([1, BLOCK, 2 * BLOCK, 3 * BLOCK]))
+    )
     return Mutant(base, edits, (how, amount))
 
 

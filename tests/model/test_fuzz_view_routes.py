@@ -20,9 +20,9 @@ from urllib.parse import quote
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.model.fuzzing import fuzz_settings
-from hypothesis import strategies as st
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -30,6 +30,7 @@ with warnings.catch_warnings():
 
 from spark_webdataset.airflow.ui.app import create_app
 from spark_webdataset.dataset.validate import validate_version
+
 from tests.support.webdataset_ui_data import commit_table, digits_table, published_digits, write_digits_config
 
 FUZZ = fuzz_settings(200)
@@ -81,7 +82,9 @@ TRICKY = st.sampled_from([
     "00000", "00007", "00119", "99999", "a" * 300, "x" * 5000, "\x00", "\n", "ünï", "２０２６", "0x10", "-1",
     "_index/part-000000.parquet", "_manifest.json", "shard-000000.tar/../../x", "gs://bucket/x", "file:///etc/passwd",
 ])  # fmt: skip
-SEGMENT = st.one_of(TRICKY, st.text(max_size=30), st.lists(TRICKY | st.text(max_size=5), min_size=2, max_size=4).map("/".join))
+SEGMENT = st.one_of(
+    TRICKY, st.text(max_size=30), st.lists(TRICKY | st.text(max_size=5), min_size=2, max_size=4).map("/".join)
+)
 NUMBER = st.one_of(st.integers(-(2**70), 2**70), st.sampled_from(["", "abc", "1e3", "0x10", "-0", "16 ", "１"]))
 QUERY = st.fixed_dictionaries(
     {},
@@ -142,7 +145,9 @@ def test_fuzzed_routes_answer_200_or_a_4xx_with_a_message_and_never_leave_the_ro
         assert SECRET not in response.text, url
         if response.status_code in (301, 302, 307, 308):  # e.g. a trailing slash dropped: within the app only
             location = response.headers["location"]
-            assert location.startswith("http://testserver/") or location.startswith("/") and not location.startswith("//")
+            assert (
+                location.startswith("http://testserver/") or location.startswith("/") and not location.startswith("//")
+            )
             counts["ok"] += 1
             return
         assert response.status_code == 200 or 400 <= response.status_code < 500, (url, response.status_code)

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import spark_webdataset
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import spark_webdataset
 from spark_webdataset.cli import main as cli_main
 from spark_webdataset.errors import WebDatasetError
+
 from tests.model import committer
 
 ESCAPES: list[str] = []  # every untyped escape seen in this module's runs: "call: Type: message"
@@ -41,7 +41,9 @@ def _build_root(root: Path) -> None:
     committer.commit(f"{root}/versions/v1", rows, overwrite=True)
     assert validate_version(f"{root}/versions/v1", workers=1, progress=False).ok
     publish(str(root), "v1", logical_date="2026-01-01")
-    committer.commit(f"{root}/versions/v2", {"k03": ("new", b"n"), "k20": ("x", None)}, overwrite=True, parent="v1", change="upsert")
+    committer.commit(
+        f"{root}/versions/v2", {"k03": ("new", b"n"), "k20": ("x", None)}, overwrite=True, parent="v1", change="upsert"
+    )
     assert validate_version(f"{root}/versions/v2", workers=1, progress=False).ok
     publish(str(root), "v2", logical_date="2026-02-01")
     committer.commit(f"{root}/versions/v3", {"z1": ("z", b"z")}, overwrite=True)
@@ -65,14 +67,18 @@ def _set_column(name: str, value):
     def change(table: pa.Table) -> pa.Table:
         column = table.column(name).to_pylist()
         column[0] = value
-        return table.set_column(table.schema.get_field_index(name), name, pa.array(column, table.schema.field(name).type))
+        return table.set_column(
+            table.schema.get_field_index(name), name, pa.array(column, table.schema.field(name).type)
+        )
 
     return change
 
 
 DAMAGES = {
     "healthy": lambda r: None,
-    "index-truncated": lambda r: _index_file(r / "versions/v2").write_bytes(_index_file(r / "versions/v2").read_bytes()[:300]),
+    "index-truncated": lambda r: _index_file(r / "versions/v2").write_bytes(
+        _index_file(r / "versions/v2").read_bytes()[:300]
+    ),
     "index-garbage": lambda r: _index_file(r / "versions/v2").write_bytes(os.urandom(2000)),
     "index-empty": lambda r: _index_file(r / "versions/v2").write_bytes(b""),
     "index-huge-length": lambda r: _rewrite_index(r / "versions/v2", _set_column("length", 2**40)),
@@ -82,7 +88,9 @@ DAMAGES = {
     "index-other-key": lambda r: _rewrite_index(r / "versions/v2", _set_column("key", "k99")),
     "index-deleted": lambda r: _index_file(r / "versions/v2").unlink(),
     "manifest-garbage": lambda r: (r / "versions/v2/_manifest.json").write_bytes(b"{not json"),
-    "manifest-wrong-types": lambda r: (r / "versions/v3/_manifest.json").write_text(json.dumps({"shards": "x", "fields": 3})),
+    "manifest-wrong-types": lambda r: (r / "versions/v3/_manifest.json").write_text(
+        json.dumps({"shards": "x", "fields": 3})
+    ),
     "manifest-binary": lambda r: (r / "versions/v3/_manifest.json").write_bytes(b"\xff\xfe\x00" * 30),
     "record-garbage": lambda r: (r / "_published/v2.json").write_bytes(b"[1, 2"),
     "record-list": lambda r: (r / "_published/v1.json").write_text("[]"),
@@ -113,8 +121,12 @@ def roots(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
-IDS = st.sampled_from(["v1", "v2", "v3", "v9", "..", "a/b", "v\uff11", "v\u0430", ".hidden", "", "-", "v" * 200, "v1\n", "v1\x00"])
-KEYS = st.one_of(st.sampled_from(["k00", "k03", "k20", "z1", "", "k99", "a\nb", "\x00", "../k", "k" * 5000]), st.text(max_size=20))
+IDS = st.sampled_from(
+    ["v1", "v2", "v3", "v9", "..", "a/b", "v\uff11", "v\u0430", ".hidden", "", "-", "v" * 200, "v1\n", "v1\x00"]
+)
+KEYS = st.one_of(
+    st.sampled_from(["k00", "k03", "k20", "z1", "", "k99", "a\nb", "\x00", "../k", "k" * 5000]), st.text(max_size=20)
+)
 NUMBERS = st.sampled_from(["1", "0", "-1", "3", "x", "1e9", "99999999999999999999", "", "nan", "inf"])
 DURATIONS = st.sampled_from(["0s", "1h", "-1s", "x", "", "1e400s", "24h", "10m"])
 
@@ -180,14 +192,25 @@ def _operations(roots):
         st.tuples(st.just("open"), paths),
         st.tuples(st.just("open.get"), paths, KEYS),
         st.tuples(st.just("open.index"), paths, st.integers(-(2**70), 2**70)),
-        st.tuples(st.just("cli validate"), paths, st.lists(st.sampled_from(["bin", "txt", "", "__key__", "x" * 300]), max_size=2),
-                  st.booleans()),  # fmt: skip
-        st.tuples(st.just("cli publish"), paths, IDS, st.sampled_from(["2026-01-01", "x", "", "9999-99-99", "2026-13-40T25:00"])),
+        st.tuples(
+            st.just("cli validate"),
+            paths,
+            st.lists(st.sampled_from(["bin", "txt", "", "__key__", "x" * 300]), max_size=2),
+            st.booleans(),
+        ),  # fmt: skip
+        st.tuples(
+            st.just("cli publish"),
+            paths,
+            IDS,
+            st.sampled_from(["2026-01-01", "x", "", "9999-99-99", "2026-13-40T25:00"]),
+        ),
         st.tuples(st.just("cli latest"), paths, st.one_of(st.none(), IDS)),
         st.tuples(st.just("cli inspect"), paths, st.one_of(st.none(), NUMBERS), DURATIONS),
         st.tuples(st.just("cli gc"), paths, NUMBERS, st.one_of(st.none(), NUMBERS), DURATIONS, st.booleans()),
         st.tuples(st.just("cli pin"), paths, IDS, st.booleans()),
-        st.tuples(st.just("cli get"), paths, KEYS, st.one_of(st.none(), st.sampled_from(["txt", "bin", "__key__", "nope"]))),
+        st.tuples(
+            st.just("cli get"), paths, KEYS, st.one_of(st.none(), st.sampled_from(["txt", "bin", "__key__", "nope"]))
+        ),
         st.tuples(st.just("cli cat"), paths),
         st.tuples(st.just("cli datasets"), paths),
         st.tuples(st.just("layout"), paths, IDS),
@@ -201,6 +224,7 @@ def _run(operation, resolve) -> None:
     if kind == "open":
         _call(f"open({args[0]!r})", spark_webdataset.open, args[0])
     elif kind in ("open.get", "open.index"):
+
         def read():
             samples = spark_webdataset.open(args[0])
             return samples.get(args[1]) if kind == "open.get" else samples[args[1]]
@@ -215,16 +239,44 @@ def _run(operation, resolve) -> None:
             _escape(f"{kind}{tuple(args)!r}", error)
     elif kind == "cli validate":
         path, require, full = args
-        _cli(["validate", path, "--workers", "1", "--quiet", *sum((["--require", r] for r in require), []), *(["--full"] if full else [])])
+        _cli(
+            [
+                "validate",
+                path,
+                "--workers",
+                "1",
+                "--quiet",
+                *sum((["--require", r] for r in require), []),
+                *(["--full"] if full else []),
+            ]
+        )
     elif kind == "cli publish":
         _cli(["publish", args[0], args[1], "--logical-date", args[2]])
     elif kind == "cli latest":
         _cli(["latest", args[0], *(["--set", args[1], "--by", "fuzz"] if args[1] is not None else [])])
     elif kind == "cli inspect":
-        _cli(["inspect", args[0], "--json", *(["--keep-last", args[1], "--min-age", args[2]] if args[1] is not None else [])])
+        _cli(
+            [
+                "inspect",
+                args[0],
+                "--json",
+                *(["--keep-last", args[1], "--min-age", args[2]] if args[1] is not None else []),
+            ]
+        )
     elif kind == "cli gc":
         path, keep, days, age, dry = args
-        _cli(["gc", path, "--keep-last", keep, "--min-age", age, *(["--keep-days", days] if days else []), "--dry-run" if dry else "--json"])
+        _cli(
+            [
+                "gc",
+                path,
+                "--keep-last",
+                keep,
+                "--min-age",
+                age,
+                *(["--keep-days", days] if days else []),
+                "--dry-run" if dry else "--json",
+            ]
+        )
     elif kind == "cli pin":
         _cli(["pin" if args[2] else "unpin", args[0], args[1]])
     elif kind == "cli get":
@@ -239,8 +291,15 @@ def _run(operation, resolve) -> None:
         path, version = args
         _call(f"Dataset({path!r}).published({version!r})", lambda: Dataset(path).published(version))
         _call(f"Dataset({path!r}).latest()", lambda: Dataset(path).latest())
-        _call(f"Dataset({path!r}).version_ids()", lambda: (Dataset(path).version_ids(), Dataset(path).published_ids(),
-                                                            Dataset(path).pinned_ids(), Dataset(path).is_dataset_root()))
+        _call(
+            f"Dataset({path!r}).version_ids()",
+            lambda: (
+                Dataset(path).version_ids(),
+                Dataset(path).published_ids(),
+                Dataset(path).pinned_ids(),
+                Dataset(path).is_dataset_root(),
+            ),
+        )
         _call(f"Version.at({path!r}).committed_manifest()", lambda: Version.at(path).committed_manifest())
         _call(f"Version.at({path!r}).check_writable()", lambda: Version.at(path).check_writable())
         _call(f"Version.at({path!r}).read_validation()", lambda: Version.at(path).read_validation())
@@ -257,7 +316,10 @@ def _run(operation, resolve) -> None:
             _call(f"set_latest({path!r}, {version!r})", set_latest, path, version, by="fuzz")
         elif which == 2:
             _call(f"plan({path!r})", lambda: plan(path, RetentionPolicy(1, min_age_seconds=0)))
-            _call(f"collect({path!r}, dry_run)", lambda: collect(path, RetentionPolicy(1, min_age_seconds=0), dry_run=True))
+            _call(
+                f"collect({path!r}, dry_run)",
+                lambda: collect(path, RetentionPolicy(1, min_age_seconds=0), dry_run=True),
+            )
         else:
             _call(f"pin({path!r}, {version!r})", pin, path, version, by="fuzz")
 
@@ -271,7 +333,9 @@ def test_no_untyped_exception_escapes_the_public_api(roots) -> None:
     ESCAPES.clear()
     counts = {"calls": 0}
 
-    @settings(max_examples=int(os.environ.get("API_WALK_EXAMPLES", "400")), deadline=None, derandomize=True, database=None)
+    @settings(
+        max_examples=int(os.environ.get("API_WALK_EXAMPLES", "400")), deadline=None, derandomize=True, database=None
+    )
     @given(operation=_operations(roots))
     def walk(operation) -> None:
         work = Path(tempfile.mkdtemp(prefix="api-walk-"))

@@ -14,15 +14,21 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
 from spark_webdataset.dataset.layout import Dataset
-from spark_webdataset.dataset.tree import WRITER_MARK, sample_index_path, shard_name
 from spark_webdataset.dataset.publish import publish
+from spark_webdataset.dataset.tree import WRITER_MARK, sample_index_path, shard_name
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.format.encode import encode_column
 from spark_webdataset.format.keys import sort_run
 from spark_webdataset.format.manifest import Manifest, ShardEntry
-from spark_webdataset.format.sample_index import INDEX_SCHEMA, TASK_SCHEMA, concat_rows, named_rows, read_index, write_index
+from spark_webdataset.format.sample_index import (
+    INDEX_SCHEMA,
+    TASK_SCHEMA,
+    concat_rows,
+    named_rows,
+    read_index,
+    write_index,
+)
 from spark_webdataset.format.shard_writer import ShardWriter
 from spark_webdataset.storage import storage_for
 
@@ -46,7 +52,9 @@ def _write(root: str, version: str, table: pa.Table, first: int) -> tuple[str, l
     local = "://" not in root
     if local:
         os.makedirs(target.uri, exist_ok=True)
-    writer = ShardWriter([f for f, _, _ in FIELDS], lambda index: storage.open_write(target.shard_uri(first + index)), SHARD_BYTES)
+    writer = ShardWriter(
+        [f for f, _, _ in FIELDS], lambda index: storage.open_write(target.shard_uri(first + index)), SHARD_BYTES
+    )
     keys = pa.array([f"{i:06d}" for i in table.column("id").to_pylist()])
     writer.write_batch(keys, [encode_column(table.column(column).combine_chunks(), f) for f, column, _ in FIELDS])
     infos = writer.close()
@@ -58,7 +66,9 @@ def _write(root: str, version: str, table: pa.Table, first: int) -> tuple[str, l
     return target.uri, shards, named_rows(task_rows, pa.array([shard.name for shard in shards]))
 
 
-def _commit(root: str, version: str, shards: list[ShardEntry], index: pa.RecordBatch | pa.Table, parent: str | None) -> None:
+def _commit(
+    root: str, version: str, shards: list[ShardEntry], index: pa.RecordBatch | pa.Table, parent: str | None
+) -> None:
     storage = storage_for(root)
     target = Dataset(root).version(version)
     index_uri = target.path(sample_index_path(0))
@@ -91,7 +101,9 @@ def commit_version(root: str, version: str, start: int, count: int, parent: str 
         parent_rows = read_index(parent_version.storage.read_bytes(parent_version.path(parent_manifest.sample_index)))
         shards = parent_rows.column("shard")
         own = pc.invert(pc.starts_with(shards, "../"))
-        parent_rows = parent_rows.set_column(1, "shard", pc.if_else(own, pc.binary_join_element_wise(f"../{parent}/", shards, ""), shards))
+        parent_rows = parent_rows.set_column(
+            1, "shard", pc.if_else(own, pc.binary_join_element_wise(f"../{parent}/", shards, ""), shards)
+        )
     _, own_shards, own_rows = _write(root, version, rows(start, count), len(referenced))
     index = pa.Table.from_batches([own_rows]).cast(INDEX_SCHEMA)
     if parent_rows is not None:
@@ -99,8 +111,9 @@ def commit_version(root: str, version: str, start: int, count: int, parent: str 
     _commit(root, version, referenced + own_shards, index, parent)
 
 
-def publish_version(root: str, version: str, start: int, count: int, parent: str | None = None,
-                    logical_date: str | None = None) -> None:
+def publish_version(
+    root: str, version: str, start: int, count: int, parent: str | None = None, logical_date: str | None = None
+) -> None:
     """Commit, validate (one worker: must pass) and publish `version`."""
     root = str(root)
     commit_version(root, version, start, count, parent)
@@ -114,6 +127,7 @@ def build_chain(root: Path | str, ids: list[str], per_version: int = 40) -> None
     logical dates a day apart, so LATEST is the last."""
     parent = None
     for day, version in enumerate(ids):
-        publish_version(str(root), version, day * per_version, per_version, parent,
-                        logical_date=f"2026-11-{day + 1:02d}T00:00:00Z")
+        publish_version(
+            str(root), version, day * per_version, per_version, parent, logical_date=f"2026-11-{day + 1:02d}T00:00:00Z"
+        )
         parent = version

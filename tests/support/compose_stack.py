@@ -7,7 +7,6 @@ tests/unit/repo/test_compose_consistency.py checks the file against the scripts.
 
 from __future__ import annotations
 
-
 import yaml
 
 from tests.support import REPO

@@ -14,10 +14,9 @@ import sys
 
 
 def main(output: str) -> None:
+    import spark_webdataset
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
-
-    import spark_webdataset
 
     spark = SparkSession.builder.getOrCreate()  # SPARK_REMOTE: a Connect session
     assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
@@ -30,11 +29,15 @@ def main(output: str) -> None:
     rows.write.format("webdataset").option("maxSamplesPerShard", "30").mode("overwrite").save(output)
     back = spark.read.format("webdataset").load(output)
     one = spark.read.format("webdataset").option("keyMin", "00042").option("keyMax", "00042").load(output).collect()
-    print(json.dumps({
-        "session": type(spark).__module__,
-        "keys": sorted(row["__key__"] for row in back.select("__key__").collect()),
-        "one": [{"key": r["__key__"], "url": r["__url__"], "txt": bytes(r["txt"]).decode()} for r in one],
-    }))
+    print(
+        json.dumps(
+            {
+                "session": type(spark).__module__,
+                "keys": sorted(row["__key__"] for row in back.select("__key__").collect()),
+                "one": [{"key": r["__key__"], "url": r["__url__"], "txt": bytes(r["txt"]).decode()} for r in one],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -21,9 +21,9 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterator
 from urllib.parse import parse_qs, unquote, urlsplit
 
 FAULTS = ("503", "reset", "drop_after_effect")
@@ -222,7 +222,7 @@ def use_gcs_endpoint(url: str) -> None:
 
 
 @contextlib.contextmanager
-def gcs_through(upstream: str, plan: FaultPlan) -> Iterator["FaultProxy"]:
+def gcs_through(upstream: str, plan: FaultPlan) -> Iterator[FaultProxy]:
     """Inside the block this process's gs:// calls pass a FaultProxy; after it, they go to `upstream` again."""
     proxy = FaultProxy(upstream, plan)
     try:

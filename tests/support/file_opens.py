@@ -7,8 +7,8 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 IN_OPEN = 0x00000020
 IN_NONBLOCK = 0o4000

@@ -14,8 +14,8 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import google_crc32c
 
@@ -75,7 +75,12 @@ def tar_by_tarfile(members: list[tuple[str, bytes]], form: int = tarfile.USTAR_F
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     """`python -m spark_webdataset.cli *args` in a process of its own, output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "spark_webdataset.cli", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=120
+        [sys.executable, "-m", "spark_webdataset.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
     )
 
 
@@ -94,7 +99,11 @@ def run_python(code: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def spark_submit(
-    args: list[str], master: str = "local[2]", env: dict[str, str] | None = None, wait: bool = True, timeout: float = 300
+    args: list[str],
+    master: str = "local[2]",
+    env: dict[str, str] | None = None,
+    wait: bool = True,
+    timeout: float = 300,
 ):
     """jobs/build_webdataset.py through spark-submit (this venv's): its CompletedProcess, or with
     `wait=False` the running Popen (a process group of its own, output discarded)."""
@@ -102,7 +111,9 @@ def spark_submit(
     command = [str(Path(sys.executable).parent / "spark-submit"), "--master", master,
                str(REPO / "jobs" / "build_webdataset.py"), *args]  # fmt: skip
     if not wait:
-        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -266,7 +277,6 @@ def write(df, uri: str, mode: str = "overwrite", **options) -> None:
 def raised(call) -> Exception:
     """The typed error of ours behind whatever `call` raised (Spark wraps driver and task errors)."""
     import pytest
-
     from spark_webdataset.errors import from_spark
 
     with pytest.raises(Exception) as failure:

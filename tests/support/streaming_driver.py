@@ -29,9 +29,8 @@ def stream(spark, source: str, version: str, checkpoint: str, options: dict[str,
 
 
 def main(argv: list[str]) -> None:
-    from pyspark.sql import SparkSession
-
     import spark_webdataset
+    from pyspark.sql import SparkSession
 
     source, version, checkpoint, options = argv
     spark = (

@@ -11,13 +11,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from spark_webdataset.errors import TarFormatError
 from spark_webdataset.format import ustar
 from spark_webdataset.format.fast_read import read_sample_batches
+from spark_webdataset.format.fast_verify import scan_shard
 from spark_webdataset.format.manifest import Manifest, ShardEntry
 from spark_webdataset.format.sample_reader import iter_samples
-from spark_webdataset.format.fast_verify import scan_shard
 from spark_webdataset.format.verify import check_shard
 
 END = ustar.END_OF_ARCHIVE

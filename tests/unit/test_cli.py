@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-
 from tests.support.helpers import run_cli
-
-
 
 
 def test_cli_errors_are_one_line_with_an_exit_code(tmp_path) -> None:

@@ -6,16 +6,16 @@ tests/integration/test_cli_jobs_console.py; the CLI's publish and validate wait 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-import json
-import re
-
 from spark_webdataset import errors
 from spark_webdataset.cli import parser
+
 from tests.support import REPO
 from tests.support.helpers import run_cli
 from tests.support.webdataset_ui_data import commit_table, digits_table, published_digits, write_digits_config
@@ -48,7 +48,9 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
                  ["datasets", "--folder", str(tmp_path / "datasets"), "--json"], ["latest", str(root)]):  # fmt: skip
         process = subprocess.Popen(
             [sys.executable, "-m", "spark_webdataset.cli", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
         )
         process.stdout.close()  # closed before the child wrote a byte: its first write meets EPIPE
         _, stderr = process.communicate(timeout=120)
@@ -193,9 +195,10 @@ def test_each_exit_code_for_real(tmp_path: Path) -> None:
             assert result.stderr.startswith(f"spark-webdataset {args[0]}: error: "), result.stderr
             assert result.stderr.count("\n") == 1, result.stderr
     absent = run_cli("get", str(root), "nope")  # the answer is no, as grep's
-    assert absent.returncode == errors.EXIT_FAILED and absent.stderr.startswith("spark-webdataset get: error: no sample")
+    assert absent.returncode == errors.EXIT_FAILED and absent.stderr.startswith(
+        "spark-webdataset get: error: no sample"
+    )
     no_field = run_cli("get", str(root), "00007", "--field", "jpg")
     assert no_field.returncode == errors.EXIT_BAD_INPUT and "it has png, cls, json" in no_field.stderr, no_field.stderr
     assert run_cli("gc", str(tmp_path / "nothing"), "--keep-last", "1").returncode == errors.EXIT_BAD_INPUT
     assert run_cli("inspect").returncode == errors.EXIT_BAD_INPUT  # argparse's usage error
-

@@ -25,9 +25,10 @@ import difflib
 import os
 import re
 import string
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
@@ -45,16 +46,24 @@ from pydantic import (
     model_validator,
 )
 
+from ..dataset.build_rules import (
+    APPEND,
+    ORDERS,
+    Spelling,
+    check_change,
+    check_change_parent,
+    check_order,
+    check_parent,
+    parse_duration,
+    parse_max_shard_bytes,
+    spell_duration,
+)  # fmt: skip
+from ..dataset.paths import check_dataset_root, normalize_uri
+from ..dataset.retention import DEFAULT_MIN_AGE_SECONDS, RetentionPolicy
 from ..errors import DatasetConfigError, InputError, NestedDatasetRoot
 from ..format.names import control_error, field_error, field_name_error
 from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES
 from ..format.sizes import spell_size
-from ..dataset.build_rules import (
-    APPEND, ORDERS, Spelling, check_change, check_change_parent, check_order, check_parent, parse_duration,
-    parse_max_shard_bytes, spell_duration,
-)  # fmt: skip
-from ..dataset.paths import check_dataset_root, normalize_uri
-from ..dataset.retention import DEFAULT_MIN_AGE_SECONDS, RetentionPolicy
 
 DAGS_FOLDER_ENV = "AIRFLOW__CORE__DAGS_FOLDER"
 DATASETS_ENV = "SPARK_WEBDATASET_DATASETS"
@@ -180,7 +189,11 @@ def source_problem(value: str) -> str | None:
     if control:
         return f"the source {value!r} holds {control}"
     try:
-        parsed = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(value) if name is not None]
+        parsed = [
+            (name, spec, conversion)
+            for _, name, spec, conversion in string.Formatter().parse(value)
+            if name is not None
+        ]
     except ValueError as error:
         return f"{value!r}: {error} (write {{{{ and }}}} for literal braces)"
     known = ", ".join(f"{{{name}}}" for name in SOURCE_PLACEHOLDERS)
@@ -276,7 +289,7 @@ class BuildSettings(BaseModel):
         return check_parent(value, CONFIG_NAMES)
 
     @model_validator(mode="after")
-    def _change_needs_parent(self) -> "BuildSettings":
+    def _change_needs_parent(self) -> BuildSettings:
         check_change_parent(self.change, self.parent, CONFIG_NAMES)  # reported as the field `build`
         return self
 
@@ -347,8 +360,7 @@ class DatasetConfig(BaseModel):
     def _name_rule(cls, value: str) -> str:
         if not _NAME.fullmatch(value):
             raise ValueError(
-                f"{value!r} is not a dataset name: use 1-100 of a-z, 0-9, '_' and '-', "
-                "starting with a letter or digit"
+                f"{value!r} is not a dataset name: use 1-100 of a-z, 0-9, '_' and '-', starting with a letter or digit"
             )
         return value
 
@@ -420,7 +432,7 @@ class DatasetConfig(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _cross_field_rules(self) -> "DatasetConfig":
+    def _cross_field_rules(self) -> DatasetConfig:
         # raised as _FieldProblem, not ValueError: pydantic would report it without a field
         if (self.source is None) == (self.source_table is None):
             both = "not both" if self.source is not None else "one is missing"
@@ -509,7 +521,9 @@ def load_config(path: Path | str, environ: Mapping[str, str] = os.environ) -> Da
     try:
         size = path.stat().st_size
         if size > MAX_CONFIG_BYTES:
-            raise DatasetConfigError(path, [(None, f"is {size} bytes; a dataset config holds at most {MAX_CONFIG_BYTES}")])
+            raise DatasetConfigError(
+                path, [(None, f"is {size} bytes; a dataset config holds at most {MAX_CONFIG_BYTES}")]
+            )
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise DatasetConfigError(path, [(None, f"cannot be read: {error}")]) from None

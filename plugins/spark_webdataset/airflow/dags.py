@@ -25,21 +25,20 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, Param, task
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from ..dataset.build_rules import CHANGES, ORDERS
-from ..errors import DatasetConfigError, InvalidDatasetConfigs
-from .configs import BuildSettings, DatasetConfig, RetentionSettings, load_folder
-from ..errors import EXIT_BAD_INPUT
 from ..dataset.paths import VERSION_ID_RULE
+from ..errors import EXIT_BAD_INPUT, DatasetConfigError, InvalidDatasetConfigs, PipelineError
 from ..jobs.entry import BUILD_WEBDATASET, script
-from ..errors import PipelineError
+from .configs import BuildSettings, DatasetConfig, RetentionSettings, load_folder
 
 RETRY_DELAY = datetime.timedelta(minutes=1)
 
@@ -69,10 +68,7 @@ class SparkJobOperator(SparkSubmitOperator):
                 raise
             reasons = [line for line in getattr(self._hook, "_last_submit_log_lines", ()) if ": error:" in line]
             reason = reasons[-1] if reasons else "see the job's output above"
-            message = (
-                f"the Spark job rejected its input (exit code {EXIT_BAD_INPUT}), so no retry can help: "
-                f"{reason}"
-            )
+            message = f"the Spark job rejected its input (exit code {EXIT_BAD_INPUT}), so no retry can help: {reason}"
             self.log.error("%s", message)
             raise AirflowFailException(message) from error
 
@@ -125,7 +121,18 @@ def retention_params(retention: RetentionSettings) -> dict[str, Param]:
     }
 
 
-EXTRA_FIELDS = ("version", "uri", "samples", "shards", "bytes", "parent", "bytes_stored", "bytes_referenced", "change", "gc_would_free")
+EXTRA_FIELDS = (
+    "version",
+    "uri",
+    "samples",
+    "shards",
+    "bytes",
+    "parent",
+    "bytes_stored",
+    "bytes_referenced",
+    "change",
+    "gc_would_free",
+)
 
 
 def event_extra(root: str, result: dict) -> dict:

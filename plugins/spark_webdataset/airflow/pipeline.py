@@ -12,10 +12,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from ..errors import InputError, NestedDatasetRoot, PipelineError, VersionError, WebDatasetError
-from ..format.sizes import format_size
 from ..dataset.build_rules import DELETE, LATEST, BuildBase, Spelling, check_order, parse_max_shard_bytes
 from ..dataset.layout import Dataset
 from ..dataset.ordering import iso_utc, parse_logical_date, record_order
@@ -23,6 +22,8 @@ from ..dataset.paths import check_dataset_root, check_version_id
 from ..dataset.publish import publish
 from ..dataset.retention import GcReport, RetentionPolicy, collect, plan
 from ..dataset.validate import validate_version
+from ..errors import InputError, NestedDatasetRoot, PipelineError, VersionError, WebDatasetError
+from ..format.sizes import format_size
 from ..jobs.validate_spark import spark_check
 from .configs import source_problem
 
@@ -37,7 +38,9 @@ PARAM_NAMES = Spelling(change="param change", parent="param parent", order="para
                        fix="; set the param parent to LATEST, or change to append")  # fmt: skip
 
 
-def version_id(logical_date: datetime.datetime | None, run_after: datetime.datetime | None, override: str | None = None) -> str:
+def version_id(
+    logical_date: datetime.datetime | None, run_after: datetime.datetime | None, override: str | None = None
+) -> str:
     """The run's version: from its logical date, or `run_after` for a manual run without one.
 
     Retries and re-runs of the same date land on the same version.
@@ -132,7 +135,9 @@ def run_retention(params: Mapping[str, Any], retention: Mapping[str, Any] | None
     keep_days = given.get("keep_days", retention.get("keep_days"))
     if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
         raise PipelineError(f"param 'keep_last': {keep_last!r} is not a whole number of at least 1")
-    if keep_days is not None and (isinstance(keep_days, bool) or not isinstance(keep_days, (int, float)) or keep_days < 0):
+    if keep_days is not None and (
+        isinstance(keep_days, bool) or not isinstance(keep_days, (int, float)) or keep_days < 0
+    ):
         raise PipelineError(f"param 'keep_days': {keep_days!r} is not a number of days >= 0 (or null)")
     return {"keep_last": keep_last, "keep_days": keep_days, "min_age_seconds": float(retention["min_age"])}
 
@@ -239,7 +244,9 @@ def validate_step(
     }
 
 
-def publish_step(root: str, version: str, logical_date: str | None = None, retention: Mapping[str, Any] | None = None) -> dict:
+def publish_step(
+    root: str, version: str, logical_date: str | None = None, retention: Mapping[str, Any] | None = None
+) -> dict:
     """Publish the validated version; a refusal is a PipelineError (no retry helps).
 
     The result carries the version's cost (parent, bytes stored and referenced, the change) and
@@ -285,7 +292,11 @@ def version_cost(root: str, version: str) -> dict:
     if manifest is None:
         raise PipelineError(f"version {version} of {root} has no manifest")
     stored = sum(shard.bytes for shard in manifest.own_shards)
-    cost: dict[str, Any] = {"parent": manifest.parent, "bytes_stored": stored, "bytes_referenced": manifest.bytes - stored}
+    cost: dict[str, Any] = {
+        "parent": manifest.parent,
+        "bytes_stored": stored,
+        "bytes_referenced": manifest.bytes - stored,
+    }
     if manifest.run.get("change") is not None:
         cost["change"] = dict(manifest.run["change"])
     return cost

@@ -79,7 +79,7 @@ class BuildBase:
     parent: str | None = None
 
     @classmethod
-    def checked(cls, change: Any, parent: Any, names: Spelling = Spelling()) -> "BuildBase":
+    def checked(cls, change: Any, parent: Any, names: Spelling = Spelling()) -> BuildBase:
         """Both values and their combination; `change` None means append."""
         base = cls(APPEND if change is None else check_change(change, names), check_parent(parent, names))
         check_change_parent(base.change, base.parent, names)
@@ -115,7 +115,9 @@ def parse_max_shard_bytes(value: str | int, name: str = "maxShardBytes") -> int:
 _UNIT_SECONDS = {"w": 604800.0, "d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*([wdhms])\s*")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
-DURATION_RULE = "seconds as a number, or amounts with units w, d, h, m, s from the largest down (e.g. 90s, 30m, 1h30m, 1.5d, 2w)"
+DURATION_RULE = (
+    "seconds as a number, or amounts with units w, d, h, m, s from the largest down (e.g. 90s, 30m, 1h30m, 1.5d, 2w)"
+)
 MAX_DURATION_SECONDS = 3650 * 86400  # ten years means "never"; more overflows timedelta
 
 

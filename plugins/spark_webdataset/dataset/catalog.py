@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..format.manifest import Manifest
@@ -131,7 +132,9 @@ class VersionDescription:
             "validation_current": None if validation is None else validation.current,
             "parent": self.parent,
             "bytes_stored": self.bytes_stored,
-            "bytes_referenced": None if self.bytes is None or self.bytes_stored is None else self.bytes - self.bytes_stored,
+            "bytes_referenced": None
+            if self.bytes is None or self.bytes_stored is None
+            else self.bytes - self.bytes_stored,
         }
 
 
@@ -146,14 +149,14 @@ class RootListing:
     ids: list[str]
 
     @classmethod
-    def read(cls, dataset: Dataset) -> "RootListing":
+    def read(cls, dataset: Dataset) -> RootListing:
         published = dataset.published_ids()
         records = {v: r for v in published if (r := dataset.read_record(v)) is not None}
         latest = dataset.read_latest()
         ids = sorted(dataset.version_ids(), key=lambda v: version_sort_key(v, records.get(v)))
         return cls(dataset, latest, records, ids)
 
-    def describe(self, ids: Iterable[str] | None = None) -> list["VersionDescription"]:
+    def describe(self, ids: Iterable[str] | None = None) -> list[VersionDescription]:
         """The versions `ids` (default: all, oldest first), described; on gs:// concurrently."""
         chosen = list(self.ids if ids is None else ids)
         threads = min(len(chosen), 8, getattr(self.dataset.storage, "rename_threads", 1))
@@ -164,7 +167,7 @@ class RootListing:
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="catalog") as pool:
             return list(pool.map(self.describe_version, chosen))
 
-    def describe_version(self, version_id: str, read_manifest: bool = False) -> "VersionDescription":
+    def describe_version(self, version_id: str, read_manifest: bool = False) -> VersionDescription:
         """One version (`read_manifest`: read a published version's manifest too, for its shards)."""
         return describe_version(
             self.dataset.version(version_id), self.records.get(version_id), self.latest, read_manifest
@@ -181,13 +184,15 @@ class RootDescription:
 
     def as_dict(self) -> dict:
         described = {
-            "root": self.root, "latest": self.latest, "pinned": self.pinned,
+            "root": self.root,
+            "latest": self.latest,
+            "pinned": self.pinned,
             "versions": [v.as_dict() for v in self.versions],
         }
         return described if self.gc is None else {**described, "gc": self.gc}
 
 
-def gc_would_free(root: str, policy: "RetentionPolicy") -> dict:
+def gc_would_free(root: str, policy: RetentionPolicy) -> dict:
     """What `gc` with `policy` would do now (reads only): for inspect and the Asset event."""
     from .retention import plan
 
@@ -235,11 +240,24 @@ def describe_version(
         validation = _validation(report, record.get("manifest_sha256"))
         state = VersionState.LATEST if version.id == latest else VersionState.PUBLISHED
         return VersionDescription(
-            version.id, version.uri, state, version.id == latest, True, True, False,
-            record.get("samples"), record.get("shards"), record.get("bytes"),
-            _logical_date(version.id, record), record.get("published_at"), validation,
-            record.get("parent"), record.get("bytes_stored", record.get("bytes")),
-            manifest, report, record,
+            version.id,
+            version.uri,
+            state,
+            version.id == latest,
+            True,
+            True,
+            False,
+            record.get("samples"),
+            record.get("shards"),
+            record.get("bytes"),
+            _logical_date(version.id, record),
+            record.get("published_at"),
+            validation,
+            record.get("parent"),
+            record.get("bytes_stored", record.get("bytes")),
+            manifest,
+            report,
+            record,
         )
     data, _ = version.read_manifest_bytes()
     digest = None if data is None else hashlib.sha256(data).hexdigest()
@@ -263,18 +281,28 @@ def describe_version(
     else:
         state = VersionState.EMPTY
     return VersionDescription(
-        version.id, version.uri, state, False, False, sealed, commit_pending,
+        version.id,
+        version.uri,
+        state,
+        False,
+        False,
+        sealed,
+        commit_pending,
         None if manifest is None else manifest.samples,
         None if manifest is None else len(manifest.shards),
         None if manifest is None else manifest.bytes,
-        _logical_date(version.id, None), None, validation,
+        _logical_date(version.id, None),
+        None,
+        validation,
         None if manifest is None else manifest.parent,
         None if manifest is None else sum(shard.bytes for shard in manifest.own_shards),
-        manifest, report, None,
+        manifest,
+        report,
+        None,
     )
 
 
-def describe_root(root: str, retention: "RetentionPolicy | None" = None) -> RootDescription:
+def describe_root(root: str, retention: RetentionPolicy | None = None) -> RootDescription:
     """Every version of the root (oldest first) and LATEST; InputError where no dataset is.
     `retention`: also what a gc with that policy would free (a plan: it reads every version's files' sizes)."""
     dataset = Dataset(root)
@@ -315,7 +343,9 @@ def format_description(description: RootDescription | dict) -> str:
         if v["commit_pending"]:
             notes.append("a commit pending")
         if v.get("parent"):
-            notes.append(f"on {v['parent']}: {format_size(v['bytes_stored'])} stored, {format_size(v['bytes_referenced'])} referenced")
+            notes.append(
+                f"on {v['parent']}: {format_size(v['bytes_stored'])} stored, {format_size(v['bytes_referenced'])} referenced"
+            )
         state = v["state"] + (f" ({'; '.join(notes)})" if notes else "")
         marker = "*" if v["version"] == description["latest"] else " "
         date = v["logical_date"] or "-"

@@ -14,9 +14,10 @@ shard stays referenced.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -128,7 +129,7 @@ def plan_change(
     requested: int,
     base: Manifest,
     base_rows: Callable[[], Iterator[pa.RecordBatch]] | None,
-    version: "Version",
+    version: Version,
     first_number: int,
     staging_root: str,
 ) -> ChangePlan:
@@ -151,7 +152,9 @@ def plan_change(
             pc.invert(pc.is_in(batch.column(0), value_set=plan.removed_keys)),
         )
         kept_batches.append(batch.filter(mask))
-    kept = pa.Table.from_batches(kept_batches, schema=hits[0].schema).sort_by([("shard", "ascending"), ("offset", "ascending")])
+    kept = pa.Table.from_batches(kept_batches, schema=hits[0].schema).sort_by(
+        [("shard", "ascending"), ("offset", "ascending")]
+    )
     entries = {shard.location: shard for shard in base.shards}
     storage = version.storage
     number = first_number
@@ -186,7 +189,10 @@ def plan_change(
 
 
 def rewrite_shards(
-    version: "Version", plan: ChangePlan, threads: int, renew: Callable[[], None] = lambda: None,
+    version: Version,
+    plan: ChangePlan,
+    threads: int,
+    renew: Callable[[], None] = lambda: None,
     sha256: bool | None = None,
 ) -> dict[str, ShardEntry]:
     """Stage every rewrite of the plan, `threads` at a time; the new entries by name. `renew` is
@@ -224,7 +230,7 @@ def _runs(kept: pa.Table) -> Iterator[tuple[int, int, int, int]]:
 
 
 def rewrite_shard(
-    version: "Version", rewrite: Rewrite, renew: Callable[[], None] = lambda: None, sha256: bool | None = None
+    version: Version, rewrite: Rewrite, renew: Callable[[], None] = lambda: None, sha256: bool | None = None
 ) -> ShardEntry:
     """Copy the kept samples' bytes into the staged shard, each checked against its crc32c in the
     index (a sample that changed since is not copied into a new shard); its manifest entry."""

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from ..errors import InvalidVersionId, ManifestChanged, NotCommitted, VersionSealed
 from ..format.manifest import Manifest, ShardEntry
 from ..storage import Storage, storage_for
-from .paths import check_shard_location, check_version_id, check_write_target, is_version_id, normalize_place, version_place
+from .paths import (
+    check_shard_location,
+    check_version_id,
+    check_write_target,
+    is_version_id,
+    normalize_place,
+    version_place,
+)
 from .tree import (
     COMMIT_JOURNAL_NAME,
     COMMIT_LOCK_NAME,
@@ -32,6 +39,7 @@ from .tree import (
     WRITER_MARK_NAME,
     shard_name,
 )
+
 
 def _read_json(storage: Storage, path: str) -> dict | None:
     """A small JSON document of ours (a publish record, a report); None if absent, ManifestChanged
@@ -61,7 +69,7 @@ class Dataset:
     def storage(self) -> Storage:
         return storage_for(self.root)
 
-    def version(self, version: str) -> "Version":
+    def version(self, version: str) -> Version:
         check_version_id(version)
         return Version(self.storage.join(self.root, VERSIONS_DIR, version), version, self)
 
@@ -87,9 +95,7 @@ class Dataset:
     def version_ids(self) -> list[str]:
         """Directories under versions/ (valid ids only)."""
         return [
-            name
-            for name in self.storage.list_dirs(self.storage.join(self.root, VERSIONS_DIR))
-            if is_version_id(name)
+            name for name in self.storage.list_dirs(self.storage.join(self.root, VERSIONS_DIR)) if is_version_id(name)
         ]
 
     def published_ids(self) -> list[str]:
@@ -111,14 +117,14 @@ class Dataset:
                 "(`spark-webdataset latest ROOT --set ID` points it at a published version)"
             ) from None
 
-    def latest(self) -> tuple["Version", Manifest]:
+    def latest(self) -> tuple[Version, Manifest]:
         """The LATEST published version and its manifest (read once), checked against its publish record."""
         latest = self.read_latest()
         if latest is None:
             raise NotCommitted(f"{self.root}: no {LATEST_NAME}; publish a version first")
         return self.published(latest)
 
-    def published(self, version_id: str) -> tuple["Version", Manifest]:
+    def published(self, version_id: str) -> tuple[Version, Manifest]:
         """A published version and its manifest (read once), checked against its publish record.
         ManifestChanged says which check failed: no record (retired by gc or never published), no
         manifest, or a manifest whose digest is not the one the record holds."""
@@ -159,7 +165,7 @@ class Version:
     dataset: Dataset | None = None
 
     @classmethod
-    def at(cls, uri: str) -> "Version":
+    def at(cls, uri: str) -> Version:
         """The version at a directory URI, normalised (`normalize_uri`); recognises ROOT/versions/ID.
         A directory right under a `versions/` is a version: its name must be an id by the rule
         (InvalidVersionId), never a plain directory named `.hidden`, `２０２６` or `..`."""
@@ -218,13 +224,15 @@ class Version:
         name = shard_name(index_or_name) if isinstance(index_or_name, int) else index_or_name
         return self.path(name)
 
-    def entry_uri(self, entry: "ShardEntry") -> str:
+    def entry_uri(self, entry: ShardEntry) -> str:
         """Where a manifest entry's bytes are: here, or in the version a reference names (resolved
         through the dataset, never by joining `..`, which object stores do not resolve)."""
         if entry.version is None:
             return self.path(entry.name)
         if self.dataset is None:
-            raise NotCommitted(f"{self.uri}: references shards of version {entry.version!r}, but is not inside a dataset root")
+            raise NotCommitted(
+                f"{self.uri}: references shards of version {entry.version!r}, but is not inside a dataset root"
+            )
         return self.dataset.version(entry.version).shard_uri(entry.name)
 
     def location_uri(self, location: str) -> str:
@@ -261,8 +269,8 @@ class Version:
         return _read_json(self.storage, self.validation_uri)
 
     def is_published(self) -> bool:
-        return self.dataset is not None and self.id is not None and self.storage.exists(
-            self.dataset.record_uri(self.id)
+        return (
+            self.dataset is not None and self.id is not None and self.storage.exists(self.dataset.record_uri(self.id))
         )
 
     def is_sealed(self) -> bool:

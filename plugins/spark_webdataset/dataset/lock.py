@@ -61,7 +61,7 @@ class CommitLock:
             }
         ).encode()
 
-    def acquire(self) -> "CommitLock":
+    def acquire(self) -> CommitLock:
         storage, path = self.version.storage, self.version.lock_uri
         deadline = time.monotonic() + self.wait_seconds
         while True:
@@ -77,7 +77,9 @@ class CommitLock:
             if holder.get("owner") == self.owner or holder.get("expires_at", 0) < time.time():
                 if storage.replace_if(path, self._body(), token):
                     if holder.get("owner") != self.owner:
-                        log.warning("webdataset: took over the expired commit lock of %s on %s", holder, self.version.uri)
+                        log.warning(
+                            "webdataset: took over the expired commit lock of %s on %s", holder, self.version.uri
+                        )
                     self._claimed()
                     return self
                 continue
@@ -126,7 +128,7 @@ class CommitLock:
             self.version.storage.delete_if(self.version.lock_uri, self._token)
             self._token = None
 
-    def __enter__(self) -> "CommitLock":
+    def __enter__(self) -> CommitLock:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:

@@ -16,7 +16,6 @@ _ID_TIMESTAMPS = (
 )
 
 
-
 def timestamp_in_id(version: str) -> datetime.datetime | None:
     """A UTC timestamp spelled in the id (20261201T000000Z, 2026-12-01, 20261201), if any."""
     for pattern, layout in _ID_TIMESTAMPS:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..errors import InputError, InvalidVersionId, NestedDatasetRoot
 from ..format.names import control_error
@@ -77,7 +77,6 @@ def normalize_uri(uri: object, what: str = "path") -> str:
     return path
 
 
-
 def _normalized(uri: str) -> str:
     """One spelling of a location that is not a dataset's (a stream's checkpoint): no trailing '/',
     local paths without file://. Dataset and version paths go through `normalize_place`."""
@@ -128,9 +127,7 @@ def check_version_id(version: object) -> str:
     return version  # type: ignore[return-value]
 
 
-ROOT_RULE = (
-    "a dataset root may not lie inside another dataset's root or a version directory, nor hold another's root"
-)
+ROOT_RULE = "a dataset root may not lie inside another dataset's root or a version directory, nor hold another's root"
 DIRECTORY_RULE = (
     "a write may not land inside a version directory, nor inside a dataset root but as ROOT/versions/VERSION, "
     "nor onto a dataset root"
@@ -214,9 +211,7 @@ def _shown_mark(name: str) -> str:
     return f"{name}/" if name in _DIRECTORY_MARKS else name
 
 
-def _check_enclosing(
-    uri: str, what: str, known: Iterable[str], look: bool, itself: bool, target: bool = False
-) -> str:
+def _check_enclosing(uri: str, what: str, known: Iterable[str], look: bool, itself: bool, target: bool = False) -> str:
     """`itself`: the place may not be a version directory; `target`: nor a dataset root (a write's
     target: it writes a version, never onto a root)."""
     # Without `look` (the config loader comparing a folder's roots) only places are compared: a path
@@ -272,7 +267,9 @@ def _check_not_a_root(uri: str) -> None:
     probes = [(here, name) for name in _ROOT_MARKS]
     for (_, name), hit in zip(probes, _probe(storage, probes)):
         if hit:
-            how = f"is itself a dataset root (it holds {_shown_mark(name)}); write a version of it, ROOT/versions/VERSION"
+            how = (
+                f"is itself a dataset root (it holds {_shown_mark(name)}); write a version of it, ROOT/versions/VERSION"
+            )
             raise _refused("directory", uri, here, how)
 
 
@@ -291,7 +288,6 @@ def check_dataset_root(root: str, known: Iterable[str] = (), *, look: bool = Tru
     return _check_enclosing(root, "dataset root", known, look, itself=True)
 
 
-
 _SHARD_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,250}\.tar", re.ASCII)
 
 
@@ -300,6 +296,7 @@ def check_shard_name(name: object) -> str:
     if not isinstance(name, str) or not _SHARD_FILE.fullmatch(name) or ".." in name:
         raise InputError(f"shard name {name!r} is not a shard file name ([A-Za-z0-9][A-Za-z0-9._-]*.tar, no '..')")
     return name
+
 
 def check_shard_location(location: object) -> str:
     """A shard's location relative to a version directory: a shard file name, or `../<version id>/<name>`

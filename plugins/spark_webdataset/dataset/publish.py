@@ -14,17 +14,17 @@ import datetime
 import hashlib
 import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
-from .lock import DEFAULT_LEASE_SECONDS, CommitLock
-from .staging import clean_dead_staging
 from .. import fault_points
 from ..errors import NotCommitted, PreconditionFailed, PublishRefused
 from ..format.manifest import Manifest, ShardEntry
 from .layout import Dataset, Version
+from .lock import DEFAULT_LEASE_SECONDS, CommitLock
 from .ordering import iso_utc, parse_logical_date, record_order, timestamp_in_id
 from .paths import check_dataset_root
+from .staging import clean_dead_staging
 from .tree import MANIFEST_NAME
 
 RECORD_KIND = "spark-webdataset-published-v1"
@@ -151,7 +151,15 @@ def publish(
         _check_not_retired(target)
     latest = advance_latest(root, version)
     return PublishResult(
-        version, target.uri, manifest.samples, len(manifest.shards), manifest.bytes, target.index_uri, False, latest, moment
+        version,
+        target.uri,
+        manifest.samples,
+        len(manifest.shards),
+        manifest.bytes,
+        target.index_uri,
+        False,
+        latest,
+        moment,
     )
 
 
@@ -286,7 +294,9 @@ def set_latest(root: str, version: str, by: str) -> str | None:
     while True:
         data, token = storage.read_versioned(dataset.latest_changes_uri)
         changes = json.loads(data) if data else []
-        if storage.replace_if(dataset.latest_changes_uri, (json.dumps(changes + [change], indent=1) + "\n").encode(), token):
+        if storage.replace_if(
+            dataset.latest_changes_uri, (json.dumps(changes + [change], indent=1) + "\n").encode(), token
+        ):
             return previous
 
 

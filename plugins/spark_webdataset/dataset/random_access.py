@@ -18,7 +18,8 @@ worker of a torch `DataLoader` opens its own clients.
 from __future__ import annotations
 
 import io
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from ..errors import CorruptManifest, InputError, NoSampleIndex, NotCommitted, SampleMismatch, TarFormatError
 from ..format.checksums import crc32c_extend
@@ -30,8 +31,8 @@ from ..storage import storage_for
 from ..storage.base import RangeFile, Storage
 from .layout import Version
 from .paths import check_shard_location
-from .tree import sample_index_path, sample_index_serial
 from .resolve import committed_version
+from .tree import sample_index_path, sample_index_serial
 
 DEFAULT_CACHE_BLOCKS = 256  # index blocks kept (~8192 samples each): a million samples' index is 123
 
@@ -50,7 +51,9 @@ def check_locations(manifest: Manifest, manifest_uri: str) -> Manifest:
     except ValueError:
         known = False
     if not known:
-        raise CorruptManifest(f"{manifest_uri}: sample index {index!r} is not a path the writer gives ({sample_index_path(0)}, ...)")
+        raise CorruptManifest(
+            f"{manifest_uri}: sample index {index!r} is not a path the writer gives ({sample_index_path(0)}, ...)"
+        )
     return manifest
 
 

@@ -42,14 +42,14 @@ import json
 import time
 from dataclasses import dataclass, field
 
+from .. import fault_points
 from ..errors import BadOption, InputError, RetentionRefused
 from ..storage import Storage
-from .. import fault_points
 from .layout import Dataset
 from .ordering import iso_utc, parse_logical_date, record_order
 from .paths import check_dataset_root, check_version_id
-from .tree import MANIFEST_NAME, PUBLISHED_DIR, RETIRED_NAME, SEAL_NAME, VALIDATION_NAME, WRITER_MARK_NAME
 from .staging import live_jobs
+from .tree import MANIFEST_NAME, PUBLISHED_DIR, RETIRED_NAME, SEAL_NAME, VALIDATION_NAME, WRITER_MARK_NAME
 
 DEFAULT_MIN_AGE_SECONDS = 24 * 3600.0
 RETIRED_KIND = "spark-webdataset-retired-v1"
@@ -69,7 +69,9 @@ class RetentionPolicy:
 
     def __post_init__(self) -> None:
         if not isinstance(self.keep_last, int) or self.keep_last < 1:
-            raise BadOption(f"keep_last {self.keep_last!r} must be a whole number of at least 1 (LATEST is always kept)")
+            raise BadOption(
+                f"keep_last {self.keep_last!r} must be a whole number of at least 1 (LATEST is always kept)"
+            )
         if self.keep_days is not None and self.keep_days < 0:
             raise BadOption(f"keep_days {self.keep_days!r} must not be negative")
         if self.min_age_seconds < 0:
@@ -113,7 +115,9 @@ class GcReport:
         for version, reasons in self.kept.items():
             lines.append(f" kept     {version} ({', '.join(reasons)})")
         verb = "would free" if self.dry_run else "freed"
-        lines.append(f"{verb} {format_size(self.bytes_freed)} ({self.bytes_freed} bytes) in {len(self.files_deleted)} file(s)")
+        lines.append(
+            f"{verb} {format_size(self.bytes_freed)} ({self.bytes_freed} bytes) in {len(self.files_deleted)} file(s)"
+        )
         return "\n".join(lines)
 
 
@@ -398,4 +402,3 @@ def unpin(root: str, version: str) -> bool:
         return False
     dataset.storage.delete(uri)
     return True
-

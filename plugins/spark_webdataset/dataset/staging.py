@@ -176,7 +176,9 @@ def clean_dead_staging(version: Version, own_job_id: str, now: float | None = No
         directory = storage.join(version.staging_uri, job_id)
         dead, idle = _job_dead(version, job_id, now)
         if dead:
-            log.warning("webdataset: removing the staging of dead job %s (idle %.0f s) in %s", job_id, idle, version.uri)
+            log.warning(
+                "webdataset: removing the staging of dead job %s (idle %.0f s) in %s", job_id, idle, version.uri
+            )
             storage.delete_tree(directory)
             removed.append(job_id)
     storage.remove_empty_dir(version.staging_uri)

@@ -25,28 +25,27 @@ import os
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Sequence
-
-from tqdm import tqdm
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from tqdm import tqdm
 
+from .. import fault_points
 from ..errors import BadOption, ChecksumMismatch, InputError, VersionSealed, WebDatasetError
 from ..format.checksums import crc32c_extend, crc32c_text
 from ..format.keys import count_duplicates, merge_blocks
 from ..format.manifest import Manifest, ShardEntry
 from ..format.sample_index import index_block_rows
 from ..format.verify import ShardReport, check_shard
-from .layout import Version
-from .tree import MANIFEST_NAME, METADATA_FILES
-from .lock import CommitLock
 from ..storage import Storage, storage_for
 from ..storage.base import StoredObject
-from .. import fault_points
+from .layout import Version
+from .lock import CommitLock
+from .tree import MANIFEST_NAME, METADATA_FILES
 
 VALIDATION_KIND = "spark-webdataset-validation-v1"
 MAX_REPORTED_ERRORS = 100
@@ -90,7 +89,9 @@ class ValidationReport:
     def bytes(self) -> int:
         return sum(s["bytes"] for s in self.shards)
 
-    def add_error(self, message: str, shard: str | None = None, offset: int | None = None, key: str | None = None) -> None:
+    def add_error(
+        self, message: str, shard: str | None = None, offset: int | None = None, key: str | None = None
+    ) -> None:
         self.error_count += 1
         if len(self.errors) < MAX_REPORTED_ERRORS:
             self.errors.append({"shard": shard, "offset": offset, "key": key, "error": message})
@@ -155,7 +156,11 @@ def check_shard_task(task: tuple[str, str, dict | None, list[str], str | None, i
     result = report.summary()
     result["error_list"] = report.errors
     rows = pa.record_batch(
-        [pa.array(report.keys, pa.large_string()), pa.array(report.offsets, pa.int64()), pa.array(report.lengths, pa.int64())],
+        [
+            pa.array(report.keys, pa.large_string()),
+            pa.array(report.offsets, pa.int64()),
+            pa.array(report.lengths, pa.int64()),
+        ],
         schema=RUN_SCHEMA,
     )
     rows = rows.take(pc.sort_indices(rows.column(0)))
@@ -220,7 +225,9 @@ class _Cursor:
             batch = next(self._batches, None)
             if batch is None:
                 return None
-            self._head = pa.record_batch([batch.column(at) for at in range(4)], names=["key", "shard", "offset", "length"])
+            self._head = pa.record_batch(
+                [batch.column(at) for at in range(4)], names=["key", "shard", "offset", "length"]
+            )
         return self._head
 
     def take(self, count: int) -> None:
@@ -243,9 +250,7 @@ def _scanned_rows(blocks: Iterable[tuple[pa.RecordBatch, np.ndarray]], names: li
         )
 
 
-def _tasks(
-    uri: str, manifest: Manifest, present: dict[str, int], report: ValidationReport, full: bool = False
-):
+def _tasks(uri: str, manifest: Manifest, present: dict[str, int], report: ValidationReport, full: bool = False):
     """(name, size, what the manifest says) of every shard to open: the version's own and any
     other tar in its directory; with `full`, the referenced ones too (by location)."""
     listed = {shard.name: shard for shard in manifest.own_shards}
@@ -254,14 +259,18 @@ def _tasks(
         if shard.location not in sizes:
             report.add_error("shard is listed in the manifest but missing", shard.location)
             continue
-        yield shard.location, sizes[shard.location], {
-            "samples": shard.samples,
-            "bytes": shard.bytes,
-            "crc32c": shard.crc32c,
-            "sha256": shard.sha256,
-            "first_key": shard.first_key,
-            "last_key": shard.last_key,
-        }
+        yield (
+            shard.location,
+            sizes[shard.location],
+            {
+                "samples": shard.samples,
+                "bytes": shard.bytes,
+                "crc32c": shard.crc32c,
+                "sha256": shard.sha256,
+                "first_key": shard.first_key,
+                "last_key": shard.last_key,
+            },
+        )
     for name in sorted(present):
         if name not in listed and name.endswith(".tar"):
             yield name, present[name], None
@@ -287,7 +296,7 @@ def validate_version(
     uri: str,
     workers: int | None = None,
     require: Sequence[str] = (),
-    check: "ShardCheck | None" = None,
+    check: ShardCheck | None = None,
     write_report: bool = True,
     progress: bool = False,
     full: bool = False,
@@ -452,25 +461,35 @@ def _check_references(version: Version, manifest: Manifest, report: ValidationRe
             listed = stored.get(shard.name)
             problems = []
             if validation.get("ok") is not True:
-                problems.append(f"referenced {where}: version {stored_in}'s validation report "
-                                f"says ok: {validation.get('ok')} (a version that failed validation proves nothing)")
+                problems.append(
+                    f"referenced {where}: version {stored_in}'s validation report "
+                    f"says ok: {validation.get('ok')} (a version that failed validation proves nothing)"
+                )
             if listed is None or listed.size != shard.bytes:
                 size = None if listed is None else listed.size
                 problems.append(f"referenced {where} is {size} bytes on storage, the manifest says {shard.bytes}")
             if found.get("crc32c") != shard.crc32c or found.get("ok") is not True:
-                problems.append(f"referenced {where}: its version's validation has crc32c {found.get('crc32c')} (ok: "
-                                f"{found.get('ok')}), the manifest says {shard.crc32c}")
+                problems.append(
+                    f"referenced {where}: its version's validation has crc32c {found.get('crc32c')} (ok: "
+                    f"{found.get('ok')}), the manifest says {shard.crc32c}"
+                )
             if listed is not None and listed.crc32c is not None and listed.crc32c != shard.crc32c:
-                problems.append(f"referenced {where} has crc32c {listed.crc32c} on the server, the manifest says {shard.crc32c}")
+                problems.append(
+                    f"referenced {where} has crc32c {listed.crc32c} on the server, the manifest says {shard.crc32c}"
+                )
             # the cache: these bytes were verified by that validation only if the identity is the same
-            trusted = listed is not None and found.get("identity") is not None and _as_json(listed.identity) == found["identity"]
+            trusted = (
+                listed is not None
+                and found.get("identity") is not None
+                and _as_json(listed.identity) == found["identity"]
+            )
             checks.append((stored_in, shard, listed, found, problems, not trusted and listed is not None))
     readers = max(1, min(REFERENCE_READ_THREADS, sum(1 for check in checks if check[-1])))
     with ThreadPoolExecutor(max_workers=readers, thread_name_prefix="webdataset-reference-reads") as pool:
         reads = [pool.submit(_read_back, version, stored_in, shard) if read else None
                  for stored_in, shard, _, _, _, read in checks]  # fmt: skip
     results = []
-    for (stored_in, shard, listed, found, problems, read), future in zip(checks, reads):
+    for (_stored_in, shard, listed, found, problems, read), future in zip(checks, reads):
         if future is not None:
             problems.extend(future.result())
         for problem in problems:
@@ -532,7 +551,9 @@ def _check_index_counts(version: Version, manifest: Manifest) -> list[str]:
     problems = []
     for shard in manifest.shards:
         if counts.get(shard.location, 0) != shard.samples:
-            problems.append(f"the sample index has {counts.get(shard.location, 0)} samples of {shard.location}, the manifest {shard.samples}")
+            problems.append(
+                f"the sample index has {counts.get(shard.location, 0)} samples of {shard.location}, the manifest {shard.samples}"
+            )
     return problems
 
 

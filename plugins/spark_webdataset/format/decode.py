@@ -13,7 +13,8 @@ import base64
 import datetime
 import decimal
 import json
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -107,9 +108,7 @@ def parser_for(arrow_type: pa.DataType) -> Callable[[bytes], Any] | None:
     raise BadOption(f"cannot decode webdataset fields as {arrow_type}")
 
 
-def decode_column(
-    values: Sequence[bytes | None], arrow_type: pa.DataType, field: str, keys: Sequence[str]
-) -> pa.Array:
+def decode_column(values: Sequence[bytes | None], arrow_type: pa.DataType, field: str, keys: Sequence[str]) -> pa.Array:
     parse = parser_for(arrow_type)
     if parse is None:
         return pa.array(values, arrow_type)

@@ -27,8 +27,9 @@ they are `tar_rules`' and `names`'.
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, Sequence
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -52,7 +53,7 @@ class SampleBatch:
     keys: pa.Array  # string
     columns: dict[str, pa.Array]  # binary
 
-    def filter(self, mask: pa.Array) -> "SampleBatch":
+    def filter(self, mask: pa.Array) -> SampleBatch:
         """The samples where `mask` is true (a key range), before anything is decoded."""
         return SampleBatch(self.keys.filter(mask), {name: column.filter(mask) for name, column in self.columns.items()})
 

@@ -22,8 +22,9 @@ which names the error, the offset and the key.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import BinaryIO, Iterable
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa

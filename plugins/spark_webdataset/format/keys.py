@@ -9,7 +9,7 @@ key (the sample index's rows: the merge carries the other columns along).
 from __future__ import annotations
 
 import heapq
-from typing import Iterable, Iterator, Union
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from ..errors import DuplicateKey
 
-Block = Union[pa.Array, pa.RecordBatch]
+Block = pa.Array | pa.RecordBatch
 
 
 def key_column(block: Block) -> pa.Array:
@@ -120,9 +120,7 @@ def first_duplicate_in_blocks(
         previous = (keys[len(keys) - 1].as_py(), int(runs_of[-1]))
 
 
-def count_duplicates(
-    blocks: Iterable[tuple[Block, np.ndarray]], listed: int
-) -> tuple[int, list[tuple[str, int, int]]]:
+def count_duplicates(blocks: Iterable[tuple[Block, np.ndarray]], listed: int) -> tuple[int, list[tuple[str, int, int]]]:
     """Every key that repeats one before it in merged blocks: the count, and the first `listed` (key, run, run)."""
     count = 0
     found: list[tuple[str, int, int]] = []

@@ -11,8 +11,9 @@ import binascii
 import contextlib
 import dataclasses
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CorruptManifest
 
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from .shard_writer import ShardInfo
 
 MANIFEST_KIND = "spark-webdataset-manifest-v1"
+
+
 @dataclass(frozen=True)
 class ShardEntry:
     name: str
@@ -44,12 +47,12 @@ class ShardEntry:
         (what shardindex.json lists and the sample index's `shard` column holds)."""
         return self.name if self.version is None else f"../{self.version}/{self.name}"
 
-    def referenced_from(self, parent: str) -> "ShardEntry":
+    def referenced_from(self, parent: str) -> ShardEntry:
         """This entry as a child of `parent` (the version this entry was read from) lists it."""
         return self if self.version is not None else dataclasses.replace(self, version=parent)
 
     @classmethod
-    def written(cls, info: "ShardInfo", name: str, keys_ascending: bool = False) -> "ShardEntry":
+    def written(cls, info: ShardInfo, name: str, keys_ascending: bool = False) -> ShardEntry:
         """The entry of a shard the writer finished (`info`), under its final `name`."""
         return cls(
             name=name,
@@ -120,7 +123,7 @@ class Manifest:
         return (json.dumps(document, indent=1, sort_keys=False, ensure_ascii=False) + "\n").encode()
 
     @classmethod
-    def from_json(cls, data: bytes, source: str | None = None) -> "Manifest":
+    def from_json(cls, data: bytes, source: str | None = None) -> Manifest:
         """The manifest in `data`; CorruptManifest (naming `source`, the file) if it is not one:
         not JSON, another kind, a value of the wrong type or a negative size."""
         where = source or "manifest"

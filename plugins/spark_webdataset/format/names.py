@@ -9,7 +9,7 @@ never rename silently.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -60,10 +60,7 @@ def key_error(key: object) -> str | None:
         if _RESERVED_PART.match(part):
             return f"the key has a path part {part!r} shaped __x__, which readers skip"
     if "." in parts[-1]:
-        return (
-            f"the key's last path part {parts[-1]!r} holds a '.', so readers would split "
-            "the member name there"
-        )
+        return f"the key's last path part {parts[-1]!r} holds a '.', so readers would split the member name there"
     return None
 
 
@@ -98,8 +95,7 @@ def check_fields(columns: Sequence[str]) -> list[str]:
     """Validate a writer's columns; return the field names in column order."""
     if KEY_COLUMN not in columns:
         raise InvalidField(
-            f"no {KEY_COLUMN!r} column: the DataFrame needs a string column {KEY_COLUMN!r} "
-            "holding each sample's key"
+            f"no {KEY_COLUMN!r} column: the DataFrame needs a string column {KEY_COLUMN!r} holding each sample's key"
         )
     seen: set[str] = set()
     fields: list[str] = []

@@ -11,12 +11,14 @@ members with the same key form one sample.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO
 
 from . import tar_rules
 from .names import member_parts, split_member_name
-from .tar_rules import BLOCK, EXTENDED_TYPES, GNU_LONG_NAME_TYPE, PAX_TYPE, PAX_GLOBAL_TYPE, REGULAR_TYPES, ZERO_BLOCK
+from .tar_rules import BLOCK, EXTENDED_TYPES, GNU_LONG_NAME_TYPE, PAX_GLOBAL_TYPE, PAX_TYPE, REGULAR_TYPES, ZERO_BLOCK
+
 READ_PIECE_BYTES = 8 << 20  # a read of a size the shard's end does not bound goes in pieces this large
 
 

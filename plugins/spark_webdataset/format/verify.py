@@ -7,15 +7,16 @@ process pool or in Spark tasks, and reads shards from any storage.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO
 
-from .checksums import Digests
-from .names import control_error, key_error
 from ..errors import TarFormatError
+from .checksums import Digests
+from .fast_verify import scan_shard
+from .names import control_error, key_error
 from .sample_reader import iter_samples
 from .tar_rules import remaining
-from .fast_verify import scan_shard
 
 MAX_ERRORS_PER_SHARD = 20
 

@@ -21,9 +21,13 @@ import os
 import re
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
+from ..dataset.build_rules import APPEND, CHANGES, DELETE, ORDERS, BuildBase, Spelling, parse_max_shard_bytes
+from ..dataset.layout import Dataset, Version
+from ..dataset.paths import absolute_uri, check_dataset_root, check_version_id
 from ..errors import (
     EXIT_BAD_INPUT,
     EXIT_NO_ANSWER,
@@ -37,9 +41,6 @@ from ..format.manifest import Manifest
 from ..format.names import KEY_COLUMN
 from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES
 from ..format.sizes import format_size, spell_size
-from ..dataset.build_rules import APPEND, CHANGES, DELETE, ORDERS, BuildBase, Spelling, parse_max_shard_bytes
-from ..dataset.layout import Dataset, Version
-from ..dataset.paths import absolute_uri, check_dataset_root, check_version_id
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -140,7 +141,7 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def select_samples(df: "DataFrame", key: str, fields: Sequence[Field]) -> "DataFrame":
+def select_samples(df: DataFrame, key: str, fields: Sequence[Field]) -> DataFrame:
     """The writer's input: `__key__` then one column per field, in the given order."""
     if not fields:
         key_column = key.strip("`")
@@ -151,7 +152,7 @@ def select_samples(df: "DataFrame", key: str, fields: Sequence[Field]) -> "DataF
     )
 
 
-def tar_bytes_column(df: "DataFrame") -> "Column":
+def tar_bytes_column(df: DataFrame) -> Column:
     """Exact tar bytes of each sample (text of non-binary fields is close enough for sizing)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BinaryType, StringType
@@ -176,15 +177,13 @@ def plan_partitions(samples: int, tar_bytes: int, max_shard_bytes: int, max_samp
     return max(1, by_bytes, by_samples)
 
 
-def order_samples(df: "DataFrame", partitions: int, order: str, seed: int) -> "DataFrame":
+def order_samples(df: DataFrame, partitions: int, order: str, seed: int) -> DataFrame:
     from pyspark.sql import functions as F
 
     if order == "hash":
         mixed = df.withColumn("__order__", F.xxhash64(F.col(KEY_COLUMN), F.lit(seed)))
         return (
-            mixed.repartition(partitions, "__order__")
-            .sortWithinPartitions("__order__", KEY_COLUMN)
-            .drop("__order__")
+            mixed.repartition(partitions, "__order__").sortWithinPartitions("__order__", KEY_COLUMN).drop("__order__")
         )
     if order == "key":
         return df.repartitionByRange(partitions, KEY_COLUMN).sortWithinPartitions(KEY_COLUMN)
@@ -220,7 +219,7 @@ def committed(version: Version) -> Manifest:
     return manifest
 
 
-def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
+def build(spark: SparkSession, args: argparse.Namespace) -> dict:
     """Run the job; return the summary. Raises WebDatasetError on bad input."""
     from pyspark.sql import functions as F
 
@@ -299,7 +298,7 @@ def build(spark: "SparkSession", args: argparse.Namespace) -> dict:
     return version_summary(args.version, target, manifest, seconds)
 
 
-def _delete(args: argparse.Namespace, version, keys_df: "DataFrame", started: float) -> dict:
+def _delete(args: argparse.Namespace, version, keys_df: DataFrame, started: float) -> dict:
     """A delete: the source's keys go from the parent; its shards that held them are rewritten."""
     from ..spark.options import WriteOptions
 
@@ -357,7 +356,7 @@ LOG_LEVEL = "WARN"
 LOG_LEVEL_CONF = "spark.log.level"
 
 
-def spark_session(quiet: bool = True) -> "SparkSession":
+def spark_session(quiet: bool = True) -> SparkSession:
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 

@@ -17,8 +17,16 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from ..dataset.build_rules import parse_max_shard_bytes
+from ..dataset.layout import Dataset
+from ..dataset.paths import absolute_uri
+from ..errors import InputError, NeedsClassicSpark, WebDatasetError
+from ..format.names import KEY_COLUMN
+from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES
+from ..format.sizes import spell_size
 from .build import (
     absolute_local,
     order_samples,
@@ -28,13 +36,6 @@ from .build import (
     tar_bytes_column,
     version_summary,
 )
-from ..errors import InputError, NeedsClassicSpark, WebDatasetError
-from ..format.names import KEY_COLUMN
-from ..dataset.build_rules import parse_max_shard_bytes
-from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES
-from ..format.sizes import spell_size
-from ..dataset.layout import Dataset
-from ..dataset.paths import absolute_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -59,7 +60,7 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def exact_shards(df: "DataFrame", shards: int, order: str, seed: int, rows: int) -> "DataFrame":
+def exact_shards(df: DataFrame, shards: int, order: str, seed: int, rows: int) -> DataFrame:
     """One partition per shard, by rank: partition i holds ranks [i*rows/shards, (i+1)*rows/shards)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StructField, StructType
@@ -76,7 +77,7 @@ def exact_shards(df: "DataFrame", shards: int, order: str, seed: int, rows: int)
     return frame.sortWithinPartitions("__rank__").drop("__rank__")
 
 
-def reshard(spark: "SparkSession", args: argparse.Namespace) -> dict:
+def reshard(spark: SparkSession, args: argparse.Namespace) -> dict:
     from pyspark.sql import functions as F
 
     from ..spark.datasource import register
@@ -89,7 +90,9 @@ def reshard(spark: "SparkSession", args: argparse.Namespace) -> dict:
         )
     register(spark)
     # Spark's driver (a Connect server, a JVM started elsewhere) resolves relative paths against its own cwd
-    args = argparse.Namespace(**{**vars(args), "input": absolute_local(args.input), "output": absolute_uri(args.output, "--output")})
+    args = argparse.Namespace(
+        **{**vars(args), "input": absolute_local(args.input), "output": absolute_uri(args.output, "--output")}
+    )
     max_shard_bytes = parse_max_shard_bytes(args.max_shard_bytes, "--max-shard-bytes")
     version = Dataset(args.output).version(args.version)
     target = version.uri

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from ..dataset.validate import MAX_REPORTED_ERRORS, Duplicates, IndexRows, ShardCheck, check_index, check_shard_task
 
@@ -12,7 +12,9 @@ SORTED_ROWS_BATCH = 1 << 16  # rows of the sorted (key, shard, offset, length) s
 def spark_check(master: str) -> ShardCheck:
     """A `check` for `validate_version` that runs on the Spark master `master`."""
 
-    def check(uri: str, tasks: list, required: Sequence[str], index: IndexRows) -> tuple[list[dict], Duplicates, list[str]]:
+    def check(
+        uri: str, tasks: list, required: Sequence[str], index: IndexRows
+    ) -> tuple[list[dict], Duplicates, list[str]]:
         return check_with_spark(uri, tasks, required, master, index)
 
     return check
@@ -54,7 +56,9 @@ def check_with_spark(
             yield _batch(batch)
 
     def _batch(batch: list) -> pa.RecordBatch:
-        return pa.record_batch([pa.array([row[at] for row in batch]) for at in range(4)], names=["key", "shard", "offset", "length"])
+        return pa.record_batch(
+            [pa.array([row[at] for row in batch]) for at in range(4)], names=["key", "shard", "offset", "length"]
+        )
 
     index_errors = check_index(index, scanned, count, results)
     samples.unpersist()

@@ -24,13 +24,21 @@ import fnmatch
 import io
 import logging
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from ..errors import BadOption, ChecksumMismatch, CorruptIndex, InputError, ManifestChanged, SampleMismatch, TarFormatError
+from ..errors import (
+    BadOption,
+    ChecksumMismatch,
+    CorruptIndex,
+    InputError,
+    ManifestChanged,
+    SampleMismatch,
+    TarFormatError,
+)
 from ..format.checksums import Crc32cReader, crc32c_view
 from ..format.manifest import Manifest, ShardEntry
 from ..format.names import KEY_COLUMN
@@ -147,7 +155,9 @@ def infer_fields(urls: Sequence[str], skip_bad_shards: bool = False) -> list[str
         except TarFormatError as error:
             error.in_shard(url)
             if not skip_bad_shards:
-                raise TarFormatError(f"cannot infer the fields: {error.message}", error.offset, error.key, url) from None
+                raise TarFormatError(
+                    f"cannot infer the fields: {error.message}", error.offset, error.key, url
+                ) from None
             log.warning("webdataset: skipped bad shard %s while inferring the fields: %s", url, error)
             continue
         return list(fields)
@@ -196,7 +206,9 @@ class WebDatasetReader(DataSourceReader):
             self.selected = [
                 index
                 for index, entry in enumerate(self.entries)
-                if options.keys is None or entry is None or not entry.keys_ascending
+                if options.keys is None
+                or entry is None
+                or not entry.keys_ascending
                 or options.keys.may_hold(entry.first_key, entry.last_key)
             ]
         if len(self.selected) < len(self.entries):
@@ -208,7 +220,7 @@ class WebDatasetReader(DataSourceReader):
             for index in self.selected
         ]
 
-    def read(self, partition: ShardPartition) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
+    def read(self, partition: ShardPartition) -> Iterator[pyarrow.RecordBatch]:  # noqa: F821
         if not isinstance(partition, ShardPartition):
             return  # filters left no shard: Spark still runs one empty partition
         try:
@@ -224,7 +236,7 @@ class WebDatasetReader(DataSourceReader):
                 raise error from None
             self._record_bad_shard(partition, error)
 
-    def _sample_batches(self, url: str, samples: list[Selected]) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
+    def _sample_batches(self, url: str, samples: list[Selected]) -> Iterator[pyarrow.RecordBatch]:  # noqa: F821
         """The selected samples alone: each run of adjacent ones one ranged read (or a stream, if long),
         each sample's bytes checked against its index row's crc32c before the run is parsed as a tar of
         its own; they must be the samples the index put there."""
@@ -256,7 +268,7 @@ class WebDatasetReader(DataSourceReader):
                     f"but the shard holds {found[:3]!r}...: the version changed after it was indexed; read it again"
                 )
 
-    def _record_batch(self, batch, url: str, arrow_schema) -> "pyarrow.RecordBatch":  # noqa: F821
+    def _record_batch(self, batch, url: str, arrow_schema) -> pyarrow.RecordBatch:  # noqa: F821
         """Spark's columns from a batch of samples: binary as parsed, other types decoded."""
         import pyarrow as pa
 
@@ -278,7 +290,7 @@ class WebDatasetReader(DataSourceReader):
                 arrays.append(decode_column(values, field.type, field.name, keys))
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
-    def _batches(self, url: str, expected: ShardEntry | None) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
+    def _batches(self, url: str, expected: ShardEntry | None) -> Iterator[pyarrow.RecordBatch]:  # noqa: F821
         """A record batch per chunk of the shard (format/fast_read.py): binary columns go to Spark as parsed.
 
         A shard its manifest gives a crc32c for is read through one (every byte, no seeks) and
@@ -333,8 +345,6 @@ class WebDatasetReader(DataSourceReader):
             record = os.path.join(self.options.bad_shards_dir, f"{partition.index:06d}.json")
             with open(record, "w") as out:
                 json.dump({"shard": partition.url, "error": str(error)}, out)
-
-
 
 
 def _runs(samples: list[Selected]) -> Iterator[list[Selected]]:

@@ -13,16 +13,16 @@ rewrites what an earlier batch committed.
 from __future__ import annotations
 
 import logging
-from typing import Iterator, List, Mapping, Optional
+from collections.abc import Iterator, Mapping
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
 from pyspark.sql.types import StructType
 
-from ..errors import BadOption
+from .. import fault_points
 from ..dataset.changes import APPEND
 from ..dataset.commit import StreamBatch, commit_job
 from ..dataset.journal import journal_job
-from .. import fault_points
+from ..errors import BadOption
 from .options import StreamOptions
 from .writer import WebDatasetCommitMessage, WebDatasetWriter
 
@@ -48,20 +48,23 @@ class WebDatasetStreamWriter(DataSourceStreamArrowWriter):
         # commit through a batch writer, and the commit finds the staged files by the messages.
         self.batch = WebDatasetWriter(self.options.write, schema, overwrite=False, application_id=application_id)
 
-    def write(self, iterator: Iterator["pyarrow.RecordBatch"]) -> WebDatasetCommitMessage:  # noqa: F821
+    def write(self, iterator: Iterator[pyarrow.RecordBatch]) -> WebDatasetCommitMessage:  # noqa: F821
         return self.batch.write(iterator)
 
-    def commit(self, messages: List[Optional[WebDatasetCommitMessage]], batchId: int) -> None:
+    def commit(self, messages: list[WebDatasetCommitMessage | None], batchId: int) -> None:
         stream = StreamBatch(self.options.checkpoint, batchId)
         manifest = commit_job(self.batch.commit_request(messages, stream))
         if manifest is not None:
             log.info(
                 "webdataset: stream batch %d committed; %s holds %d shards, %d samples",
-                batchId, self.options.write.path, len(manifest.shards), manifest.samples,
+                batchId,
+                self.options.write.path,
+                len(manifest.shards),
+                manifest.samples,
             )
         fault_points.point("stream:committed", batch=batchId)  # a test kills the driver here: before Spark's checkpoint
 
-    def abort(self, messages: List[Optional[WebDatasetCommitMessage]], batchId: int) -> None:
+    def abort(self, messages: list[WebDatasetCommitMessage | None], batchId: int) -> None:
         """The batch failed before its commit: what its tasks staged goes (late siblings' files
         go with the next writer's sweep of dead jobs)."""
         version = self.batch.version
@@ -71,4 +74,6 @@ class WebDatasetStreamWriter(DataSourceStreamArrowWriter):
         for message in messages:
             if message is not None:
                 version.storage.delete_tree(message.staging)
-        log.warning("webdataset: stream batch %d to %s aborted; its staged files removed", batchId, self.options.write.path)
+        log.warning(
+            "webdataset: stream batch %d to %s aborted; its staged files removed", batchId, self.options.write.path
+        )

@@ -22,7 +22,9 @@ def storage_for(uri: str) -> Storage:
 
         return S3Storage()
     if "://" in uri and not uri.startswith("file://"):
-        raise UnsupportedScheme(f"{uri}: unsupported URI scheme {uri.split('://')[0]!r} (use a local path, file://, gs:// or s3://)")
+        raise UnsupportedScheme(
+            f"{uri}: unsupported URI scheme {uri.split('://')[0]!r} (use a local path, file://, gs:// or s3://)"
+        )
     return LocalStorage()
 
 

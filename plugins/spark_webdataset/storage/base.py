@@ -7,7 +7,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import BinaryIO
 
-
 from ..errors import PreconditionFailed, StorageError
 
 __all__ = ["PreconditionFailed", "Storage", "StorageError", "StoredObject"]
@@ -134,7 +133,8 @@ class Storage(ABC):
         identities = self.identities(directory)
         crcs = self.crc32c_below(directory) or {}
         return {
-            name: StoredObject(size, identities.get(name), crcs.get(name)) for name, size in self.list_sizes(directory).items()
+            name: StoredObject(size, identities.get(name), crcs.get(name))
+            for name, size in self.list_sizes(directory).items()
         }
 
     def read_bytes(self, path: str) -> bytes:

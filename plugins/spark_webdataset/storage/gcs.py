@@ -49,7 +49,7 @@ def _sized_pool(client):
     return client
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _client_for_process(pid: int, emulator: str | None):
     from google.cloud import storage
 

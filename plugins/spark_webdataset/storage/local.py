@@ -8,7 +8,8 @@ import os
 import re
 import shutil
 import uuid
-from typing import BinaryIO, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import BinaryIO, TypeVar
 
 from ..errors import PreconditionFailed, StorageError
 from .base import Storage

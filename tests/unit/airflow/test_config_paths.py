@@ -7,12 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from spark_webdataset.airflow.configs import load_folder
+
 from tests.support.dataset_dags import write_config
 
 
-@pytest.mark.parametrize("root", ["/data/ds/../other", "/data//ds", "gs://b/ds/./x", "gs://b/../ds", "/data/" + "x" * 300])
+@pytest.mark.parametrize(
+    "root", ["/data/ds/../other", "/data//ds", "gs://b/ds/./x", "gs://b/../ds", "/data/" + "x" * 300]
+)
 def test_a_root_that_breaks_the_path_rule_is_its_files_error(tmp_path: Path, root: str) -> None:
     fields = dict(source="src", source_format="parquet", key="id", fields={"cls": "label"}, schedule=None)
     write_config(tmp_path, "bad", name="bad", root=root, **fields)

@@ -13,12 +13,8 @@ from unittest import mock
 
 import pytest
 
-from tests.support.dataset_dags import dagbag_of, write_config
-
-
-from tests.support import REPO
-from tests.support import DAGS
-from tests.support.dataset_dags import ERRORS_FILE
+from tests.support import DAGS, REPO
+from tests.support.dataset_dags import ERRORS_FILE, dagbag_of, write_config
 
 
 def _refuse(*args, **kwargs):

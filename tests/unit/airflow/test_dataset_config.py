@@ -6,12 +6,11 @@ import datetime
 from pathlib import Path
 
 import pytest
-
-from tests.support.dataset_dags import write_config
 from spark_webdataset.airflow.configs import DatasetConfig, datasets_folder, load_config, load_folder
 from spark_webdataset.errors import DatasetConfigError, InvalidDatasetConfigs
 
 from tests.support import REPO
+from tests.support.dataset_dags import write_config
 
 MINIMAL = {"source": "/raw/{ds}", "root": "/out/ds", "key": "id"}
 
@@ -232,11 +231,15 @@ def test_a_config_gives_its_dag_params_asset_and_spark_settings(tmp_path) -> Non
     write_shards = dag.get_task("write_shards")
     assert isinstance(write_shards, SparkJobOperator)
     assert (write_shards._conn_id, write_shards.conf, write_shards.py_files) == (
-        "spark_prod", {"spark.executor.memory": "8g"}, "/opt/p.zip"
+        "spark_prod",
+        {"spark.executor.memory": "8g"},
+        "/opt/p.zip",
     )
     [outlet] = dag.get_task("publish").outlets
-    assert (outlet.name, outlet.uri) == ("webdataset_images", "gs://b/images") == (
-        built.assets["images"].name, built.assets["images"].uri
+    assert (
+        (outlet.name, outlet.uri)
+        == ("webdataset_images", "gs://b/images")
+        == (built.assets["images"].name, built.assets["images"].uri)
     )
     assert dag.doc_md.startswith("### webdataset__images\n") and str(tmp_path / "images.yaml") in dag.doc_md
     assert dag.doc_md.endswith("the DAG file's docstring")
@@ -261,7 +264,10 @@ def test_the_cli_checks_a_folder_of_configs(tmp_path, capsys) -> None:
 
     write_config(tmp_path, "good", **MINIMAL)
     assert main(["datasets", "--folder", str(tmp_path)]) == 0
-    assert capsys.readouterr().out == f"webdataset__good  {tmp_path / 'good.yaml'}: /raw/{{ds}} -> /out/ds (schedule None)\n"
+    assert (
+        capsys.readouterr().out
+        == f"webdataset__good  {tmp_path / 'good.yaml'}: /raw/{{ds}} -> /out/ds (schedule None)\n"
+    )
     bad = write_config(tmp_path, "bad", **{**MINIMAL, "root": "/out/bad", "order": "random"})
     assert main(["datasets", "--folder", str(tmp_path)]) == 2
     captured = capsys.readouterr()

@@ -9,11 +9,11 @@ import re
 import time
 
 import pytest
-
 from spark_webdataset.airflow import pipeline
 from spark_webdataset.airflow.configs import DatasetConfig, RetentionSettings, load_config
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.errors import DatasetConfigError, PipelineError
+
 from tests.support.chains import build_chain, commit_version, publish_version
 from tests.support.dataset_dags import write_config
 
@@ -47,7 +47,9 @@ def test_upsert_or_delete_without_a_parent_names_the_file_and_the_rule(tmp_path)
 
 
 def test_the_retention_section(tmp_path) -> None:
-    config = load_config(write_config(tmp_path, "r", **MINIMAL, retention={"keep_last": 2, "keep_days": 7, "min_age": "30m"}))
+    config = load_config(
+        write_config(tmp_path, "r", **MINIMAL, retention={"keep_last": 2, "keep_days": 7, "min_age": "30m"})
+    )
     assert config.retention == RetentionSettings(keep_last=2, keep_days=7.0, min_age=1800.0)
     assert config.retention.policy().min_age_seconds == 1800.0
     assert config.retention.policy(keep_last=5, keep_days=None).keep_days is None  # a run cleared the day rule
@@ -88,8 +90,11 @@ def test_a_dag_has_a_gc_task_and_its_params_only_with_retention(tmp_path) -> Non
     ("override", "message"),
     [
         ({"change": "merge"}, "param change='merge' is not one of append, upsert, delete"),
-        ({"parent": None}, "param change='upsert' needs param parent (LATEST or a version id): the version it changes; "
-                           "set the param parent to LATEST, or change to append"),
+        (
+            {"parent": None},
+            "param change='upsert' needs param parent (LATEST or a version id): the version it changes; "
+            "set the param parent to LATEST, or change to append",
+        ),
         ({"order": "random"}, "param order='random' is not one of hash, key, source"),
         ({"max_shard_bytes": "lots"}, "param max_shard_bytes='lots' is not a byte size"),
         ({"keep_last": 0}, "param 'keep_last': 0 is not a whole number of at least 1"),
@@ -120,7 +125,9 @@ def test_the_plan_passes_the_change_with_the_parent_and_the_runs_retention(tmp_p
     assert planned["job_args"][-4:] == ["--parent", IDS[0], "--change", "upsert"]
     assert (planned["parent"], planned["change"]) == (IDS[0], "upsert")
     assert planned["retention"] == {"keep_last": 2, "keep_days": 7.0, "min_age_seconds": 3600.0}
-    overridden = pipeline.plan_run({**PARAMS, "keep_last": 5, "keep_days": None}, _day(2), _day(2), str(root), retention=retention)
+    overridden = pipeline.plan_run(
+        {**PARAMS, "keep_last": 5, "keep_days": None}, _day(2), _day(2), str(root), retention=retention
+    )
     assert overridden["retention"] == {"keep_last": 5, "keep_days": None, "min_age_seconds": 3600.0}
     # the first date (nothing published before it): an upsert is a full build of its source
     first = pipeline.plan_run(PARAMS, _day(1), _day(1), str(root))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 
 import pytest
-
 from spark_webdataset.airflow import pipeline
 from spark_webdataset.errors import PipelineError
 
@@ -49,9 +48,7 @@ def flags(args: list[str]) -> list[tuple[str, str | None]]:
 
 def test_plan_gives_the_job_every_param_as_its_flag() -> None:
     moment = datetime.datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
-    planned = plan_run(
-        params(max_samples_per_shard=500, order="source", source_format="json"), moment, moment
-    )
+    planned = plan_run(params(max_samples_per_shard=500, order="source", source_format="json"), moment, moment)
     assert planned["version"] == "20261201T000000Z"
     assert planned["root"] == "/data/out/"
     assert planned["version_uri"] == "/data/out/versions/20261201T000000Z"
@@ -126,7 +123,9 @@ def test_source_placeholders_are_filled_from_the_run() -> None:
     assert args[args.index("--source") + 1] == planned["source"]
     manual = plan_run(params(source="/raw/{ds}/{version}"), None, datetime.datetime(2026, 11, 7, 8, tzinfo=UTC))
     assert manual["source"] == "/raw/2026-11-07/20261107T080000Z"
-    override = plan_run(params(source="/raw/{ds_nodash}-{version}", version="v2"), datetime.datetime(2026, 11, 8, tzinfo=UTC), None)
+    override = plan_run(
+        params(source="/raw/{ds_nodash}-{version}", version="v2"), datetime.datetime(2026, 11, 8, tzinfo=UTC), None
+    )
     assert override["source"] == "/raw/20261108-v2"
 
 

@@ -8,14 +8,11 @@ from __future__ import annotations
 import datetime
 
 import pytest
-
-from tests.support.dataset_dags import dagbag_of, write_config
 from spark_webdataset.airflow.configs import load_config, load_folder
 from spark_webdataset.dataset.paths import ROOT_RULE
 
-
 from tests.support import DAGS
-
+from tests.support.dataset_dags import dagbag_of, write_config
 
 # -- the config loader: pure paths, both files named ---------------------------------------------------------
 
@@ -43,6 +40,7 @@ def test_nested_config_roots_are_an_error_naming_both_files(tmp_path, outer, inn
         assert [config.name for config in loaded.configs] == ["a", "a_sibling"]
         [error] = loaded.errors
         assert str(error) == f"{refused}: field 'root': {rule}: {ROOT_RULE} ({first!r} is the root of a.yaml)"
+
 
 def test_the_config_check_reads_no_storage(tmp_path, monkeypatch) -> None:
     """At parse time the nesting rule is path logic: not one storage call, even for gs:// roots."""
@@ -90,7 +88,10 @@ def test_every_task_of_every_dag_has_an_execution_timeout(tmp_path, monkeypatch)
 @pytest.mark.parametrize(
     "timeouts, problem",
     [
-        ({"write_shards": "2 hours"}, "field 'timeouts.write_shards': '2 hours' is not a duration: seconds as a number, or amounts with units"),
+        (
+            {"write_shards": "2 hours"},
+            "field 'timeouts.write_shards': '2 hours' is not a duration: seconds as a number, or amounts with units",
+        ),
         ({"validate": 0}, "field 'timeouts.validate': 0 must be above zero"),
         ({"publish": "-5m"}, "field 'timeouts.publish': '-5m' is not a duration"),
         ({"valdate": "1h"}, "field 'timeouts': 'valdate' is not a task of the DAG; did you mean 'validate'?"),

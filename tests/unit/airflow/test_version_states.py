@@ -19,6 +19,7 @@ from spark_webdataset.airflow.ui import summary
 from spark_webdataset.airflow.ui.app import create_app
 from spark_webdataset.cli import main as cli
 from spark_webdataset.dataset.catalog import VersionState, describe_root
+from spark_webdataset.dataset.publish import SEAL
 from spark_webdataset.dataset.tree import (
     COMMIT_JOURNAL_NAME,
     RETIRED_NAME,
@@ -26,10 +27,9 @@ from spark_webdataset.dataset.tree import (
     WRITER_MARK,
     WRITER_MARK_NAME,
 )
-from spark_webdataset.dataset.publish import SEAL
 from spark_webdataset.dataset.validate import validate_version
-from tests.support.webdataset_ui_data import commit_table, digits_table, published_digits, write_digits_config
 
+from tests.support.webdataset_ui_data import commit_table, digits_table, published_digits, write_digits_config
 
 # version id -> the state it is in
 EXPECTED = {

@@ -17,15 +17,12 @@ with warnings.catch_warnings():
     from fastapi.testclient import TestClient
 
 from PIL import Image
-
 from spark_webdataset.airflow.ui import preview as previews
 from spark_webdataset.airflow.ui.app import airflow_user, create_app
 from spark_webdataset.dataset.paths import check_shard_name
 from spark_webdataset.dataset.validate import validate_version
+
 from tests.support.webdataset_ui_data import commit_table, digits_table, published_digits, write_digits_config
-
-
-
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +78,12 @@ def test_datasets_lists_each_config_and_an_unreachable_root_is_an_error_on_its_r
     assert response.status_code == 200
     rows = {row["name"]: row for row in response.json()["datasets"]}
     digits = rows["digits"]
-    assert (digits["latest"], digits["versions"], digits["published"], digits["error"]) == ("20261201T000000Z", 4, 2, None)
+    assert (digits["latest"], digits["versions"], digits["published"], digits["error"]) == (
+        "20261201T000000Z",
+        4,
+        2,
+        None,
+    )
     assert digits["last_published_at"]
     assert "Not a directory" in rows["unreachable"]["error"]
     assert rows["broken"]["root"] is None and "broken.yaml" in rows["broken"]["error"]
@@ -107,7 +109,11 @@ def test_versions_newest_first_with_their_state_and_paged(world) -> None:
     assert (latest["samples"], latest["validated"], latest["logical_date"]) == (1797, True, "2026-12-01T00:00:00Z")
     assert latest["validated_at"] and latest["published_at"] and latest["bytes"] > 0 and latest["shards"] > 1
     second = client.get("/api/datasets/digits/versions?page=2&per_page=3").json()
-    assert ([v["version"] for v in second["versions"]], second["pages"], second["total"]) == (["20261130T000000Z"], 2, 4)
+    assert ([v["version"] for v in second["versions"]], second["pages"], second["total"]) == (
+        ["20261130T000000Z"],
+        2,
+        4,
+    )
     assert "invalid" in client.get("/datasets/digits").text
 
 
@@ -216,6 +222,7 @@ def test_a_version_page_reads_the_manifest_and_latest_once(world, monkeypatch) -
         def counted(self):
             reads[what] += 1
             return real(self)
+
         return counted
 
     monkeypatch.setattr(Version, "read_manifest_bytes", count("manifest", manifest))
@@ -266,4 +273,3 @@ def test_shard_names_are_plain_tar_file_names() -> None:
     for bad in ("../x.tar", "a/b.tar", "gs://b/x.tar", "..tar", ".x.tar", "x.tar/", "x", None):
         with pytest.raises(ValueError):
             check_shard_name(bad)
-

@@ -17,6 +17,7 @@ from spark_webdataset.dataset.tree import (
     WRITER_MARK,
     WRITER_MARK_NAME,
 )
+
 from tests.support.chains import commit_version, publish_version
 from tests.support.helpers import run_cli
 
@@ -43,9 +44,9 @@ def _root(tmp_path: Path) -> Path:
     staged.mkdir(parents=True)
     (staged / "000000.tar").write_bytes(b"\0" * 1024)
     ended = _ended_pid()
-    (staged.parent / LEASE_NAME).write_text(json.dumps(
-        {"job_id": "job-1", "host": os.uname().nodename, "driver_pid": ended, "driver_started": 0}
-    ))  # fmt: skip  (a driver on this host that has ended: its staging is dead)
+    (staged.parent / LEASE_NAME).write_text(
+        json.dumps({"job_id": "job-1", "host": os.uname().nodename, "driver_pid": ended, "driver_started": 0})
+    )  # fmt: skip  (a driver on this host that has ended: its staging is dead)
     marked = root / "versions" / "tmp-marked"
     marked.mkdir()
     (marked / WRITER_MARK_NAME).write_bytes(WRITER_MARK)

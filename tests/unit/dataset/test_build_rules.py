@@ -8,11 +8,22 @@ from __future__ import annotations
 import datetime
 
 import pytest
-
 from spark_webdataset.dataset import build_rules
 from spark_webdataset.dataset.build_rules import (
-    APPEND, CHANGES, DELETE, LATEST, ORDERS, UPSERT, BuildBase, Spelling, check_change, check_change_parent,
-    check_order, check_parent, parse_duration, spell_duration,
+    APPEND,
+    CHANGES,
+    DELETE,
+    LATEST,
+    ORDERS,
+    UPSERT,
+    BuildBase,
+    Spelling,
+    check_change,
+    check_change_parent,
+    check_order,
+    check_parent,
+    parse_duration,
+    spell_duration,
 )  # fmt: skip
 from spark_webdataset.errors import BadOption, InputError
 
@@ -63,7 +74,9 @@ def test_one_duration_grammar(text, seconds) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "h", "2 hours", "-5m", "30m1h", "1h1h", "1.h", "5x", True, None, [], "nan", "inf"])
+@pytest.mark.parametrize(
+    "text", ["", "h", "2 hours", "-5m", "30m1h", "1h1h", "1.h", "5x", True, None, [], "nan", "inf"]
+)
 def test_a_duration_outside_the_grammar_names_it(text) -> None:
     with pytest.raises(BadOption, match=r"^--min-age=.* is not a duration: seconds as a number, or amounts with units"):
         parse_duration(text, "--min-age")
@@ -93,5 +106,7 @@ def test_the_shard_cap_is_parsed_once_named_by_the_caller() -> None:
     assert parse_max_shard_bytes("3GiB") == 3 << 30 and parse_max_shard_bytes(1 << 20, "--max-shard-bytes") == 1 << 20
     with pytest.raises(BadOption, match=r"^--max-shard-bytes='lots' is not a byte size"):
         parse_max_shard_bytes("lots", "--max-shard-bytes")
-    with pytest.raises(BadOption, match=r"^option maxShardBytes=512 is smaller than one tar header plus the end-of-archive"):
+    with pytest.raises(
+        BadOption, match=r"^option maxShardBytes=512 is smaller than one tar header plus the end-of-archive"
+    ):
         parse_max_shard_bytes(512, "option maxShardBytes")

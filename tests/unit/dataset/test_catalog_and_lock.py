@@ -17,22 +17,20 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
-from spark_webdataset.dataset.catalog import describe, format_description
-from spark_webdataset.cli import main as cli
-from spark_webdataset.dataset.lock import CommitLock
 from spark_webdataset.airflow.consumer import read_published
+from spark_webdataset.cli import main as cli
+from spark_webdataset.dataset.catalog import describe, format_description
+from spark_webdataset.dataset.layout import Dataset, Version
+from spark_webdataset.dataset.lock import CommitLock
+from spark_webdataset.dataset.ordering import iso_utc, parse_logical_date, timestamp_in_id
+from spark_webdataset.dataset.publish import publish
+from spark_webdataset.dataset.tree import WRITER_MARK, WRITER_MARK_NAME, shard_name
+from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import ConcurrentCommit, InvalidVersionId, NotCommitted
 from spark_webdataset.format.encode import encode_column
-from spark_webdataset.dataset.tree import shard_name
 from spark_webdataset.format.manifest import MANIFEST_KIND
 from spark_webdataset.format.sample_reader import iter_samples
 from spark_webdataset.format.shard_writer import ShardWriter
-from spark_webdataset.dataset.layout import Dataset, Version
-from spark_webdataset.dataset.ordering import iso_utc, parse_logical_date, timestamp_in_id
-from spark_webdataset.dataset.tree import WRITER_MARK, WRITER_MARK_NAME
-from spark_webdataset.dataset.publish import publish
-from spark_webdataset.dataset.validate import validate_version
 
 
 def commit_version(root: Path, version: str, keys: list[str], max_shard_bytes: int = 8192) -> Path:
@@ -40,9 +38,7 @@ def commit_version(root: Path, version: str, keys: list[str], max_shard_bytes: i
     directory = root / "versions" / version
     directory.mkdir(parents=True)
     (directory / WRITER_MARK_NAME).write_bytes(WRITER_MARK)
-    writer = ShardWriter(
-        ["txt", "cls"], lambda index: open(directory / shard_name(index), "wb"), max_shard_bytes
-    )
+    writer = ShardWriter(["txt", "cls"], lambda index: open(directory / shard_name(index), "wb"), max_shard_bytes)
     writer.write_batch(
         pa.array(keys),
         [
@@ -133,9 +129,7 @@ def lock_holder(version: Version) -> dict:
     return json.loads(data)
 
 
-def test_an_expired_lease_is_taken_over_and_the_loser_can_neither_renew_nor_release_it(
-    tmp_path: Path, caplog
-) -> None:
+def test_an_expired_lease_is_taken_over_and_the_loser_can_neither_renew_nor_release_it(tmp_path: Path, caplog) -> None:
     version = Dataset(str(tmp_path)).version("v1")
     dead = CommitLock(version, "job-dead", lease_seconds=-1).acquire()  # its lease ran out as it was written
     with caplog.at_level(logging.WARNING, logger="spark_webdataset.dataset.lock"):
@@ -153,9 +147,7 @@ def test_an_expired_lease_is_taken_over_and_the_loser_can_neither_renew_nor_rele
 def test_a_live_lease_makes_others_wait_then_fail_naming_the_holder(tmp_path: Path) -> None:
     version = Dataset(str(tmp_path)).version("v1")
     with CommitLock(version, "job-1"):
-        with pytest.raises(
-            ConcurrentCommit, match=r"another commit \(job-1 on .+\) holds the commit lock; waited 0 s"
-        ):
+        with pytest.raises(ConcurrentCommit, match=r"another commit \(job-1 on .+\) holds the commit lock; waited 0 s"):
             CommitLock(version, "job-2", wait_seconds=0).acquire()
         again = CommitLock(version, "job-1", wait_seconds=0).acquire()  # its own owner takes it back at once
         assert lock_holder(version)["owner"] == "job-1"
@@ -226,9 +218,7 @@ def test_describe_gives_each_versions_state_counts_and_latest(root: Path) -> Non
         12,
         len(list((root / "versions" / "v20261101").glob("*.tar"))),
     )
-    assert published["bytes"] == sum(
-        p.stat().st_size for p in (root / "versions" / "v20261101").glob("*.tar")
-    )
+    assert published["bytes"] == sum(p.stat().st_size for p in (root / "versions" / "v20261101").glob("*.tar"))
     assert (
         by_id["v20261102"]["published"],
         by_id["v20261102"]["validated"],
@@ -269,9 +259,7 @@ def test_a_consumer_reads_the_published_version_through_its_wids_index(
     extra = {"version": "v20261101", "index": str(directory / "shardindex.json"), "shards": shards}
     assert read_published(extra) == {"version": "v20261101", "samples": 12}
     out = capsys.readouterr().out
-    assert (
-        f"version v20261101: 12 samples in {shards} shards; first sample 'a/000' has ['.cls', '.txt']" in out
-    )
+    assert f"version v20261101: 12 samples in {shards} shards; first sample 'a/000' has ['.cls', '.txt']" in out
 
 
 def test_cli_workers_must_be_a_whole_number(capsys) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.types import StringType, StructField, StructType
-
 import spark_webdataset
+from pyspark.sql.types import StringType, StructField, StructType
+from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.journal import Journal, digest, roll_forward
 from spark_webdataset.dataset.layout import Dataset, Version
 from spark_webdataset.dataset.lock import CommitLock
@@ -23,7 +23,7 @@ from spark_webdataset.errors import ConcurrentCommit, LostCommitLock
 from spark_webdataset.format.manifest import Manifest, ShardEntry
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.spark.writer import WebDatasetWriter
-from spark_webdataset import fault_points as faults
+
 from tests.support.fenced_committer import SCHEMA, commit_samples, keys
 
 
@@ -93,7 +93,9 @@ def test_a_change_appended_onto_a_version_keeps_the_shards_the_manifest_in_place
     publish(root, "v1")
     uri = Dataset(root).version("v2").uri
     upsert = WebDatasetWriter(WriteOptions.parse({"path": uri, "parent": "v1", "change": "upsert"}), SCHEMA, True)
-    upsert.commit([upsert.write(iter([pa.record_batch([pa.array(["p00005"]), pa.array(["new"])], names=["__key__", "txt"])]))])
+    upsert.commit(
+        [upsert.write(iter([pa.record_batch([pa.array(["p00005"]), pa.array(["new"])], names=["__key__", "txt"])]))]
+    )
     after_upsert = {key: spark_webdataset.open(uri).get(key)["txt"] for key in spark_webdataset.open(uri).keys()}
     keys_only = StructType([StructField("__key__", StringType())])
     delete = WebDatasetWriter(WriteOptions.parse({"path": uri, "parent": "v1", "change": "delete"}), keys_only, False)
@@ -129,7 +131,10 @@ def test_finishing_a_journal_never_removes_a_committed_shard_that_holds_its_name
     legacy = Journal("old", False, [(staged, "shard-000001.tar")], planned.to_json()).to_json()
     legacy = legacy.replace(b"commit-journal-v2", b"commit-journal-v1")
     version.storage.write_atomic(version.journal_uri, legacy)
-    with CommitLock(version, "next") as lock, pytest.raises(ConcurrentCommit, match="shard-000001.tar is a committed shard"):
+    with (
+        CommitLock(version, "next") as lock,
+        pytest.raises(ConcurrentCommit, match="shard-000001.tar is a committed shard"),
+    ):
         roll_forward(version, lock)
     assert (tmp_path / "v" / "shard-000001.tar").read_bytes() == committed
     assert version.read_manifest() == manifest
@@ -192,7 +197,9 @@ def test_a_committer_that_lost_its_lock_after_its_renames_writes_no_manifest(tmp
 
 
 def _write(uri: str, rows: dict[str, str], overwrite: bool, **options: str) -> None:
-    writer = WebDatasetWriter(WriteOptions.parse({"path": uri, "maxSamplesPerShard": "10", **options}), SCHEMA, overwrite)
+    writer = WebDatasetWriter(
+        WriteOptions.parse({"path": uri, "maxSamplesPerShard": "10", **options}), SCHEMA, overwrite
+    )
     names = sorted(rows)
     batch = pa.record_batch([pa.array(names), pa.array([rows[k] for k in names])], names=["__key__", "txt"])
     writer.commit([writer.write(iter([batch]))])
@@ -200,7 +207,9 @@ def _write(uri: str, rows: dict[str, str], overwrite: bool, **options: str) -> N
 
 @pytest.mark.parametrize("parent_checksum", ["crc32c", "sha256"])
 @pytest.mark.parametrize("child_checksum", ["crc32c", "sha256"])
-def test_a_rewritten_shard_carries_sha256_exactly_when_the_version_asks_for_it(tmp_path, parent_checksum, child_checksum) -> None:
+def test_a_rewritten_shard_carries_sha256_exactly_when_the_version_asks_for_it(
+    tmp_path, parent_checksum, child_checksum
+) -> None:
     root = str(tmp_path / "ds")
     v1 = Dataset(root).version("v1").uri
     _write(v1, {f"k{i:03d}": f"text {i}" for i in range(30)}, True, checksum=parent_checksum)

@@ -10,21 +10,20 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
-from tests.support.helpers import crc32c_text
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
-
-from spark_webdataset.dataset.lock import CommitLock
-from spark_webdataset.format.manifest import Manifest
-from spark_webdataset.format.shard_writer import ShardInfo
-from spark_webdataset.dataset.layout import Version
 from spark_webdataset.dataset.commit import commit_job
 from spark_webdataset.dataset.journal import journal_job, roll_forward
-from spark_webdataset.spark.options import WriteOptions
+from spark_webdataset.dataset.layout import Version
+from spark_webdataset.dataset.lock import CommitLock
 from spark_webdataset.dataset.tree import STAGED_INDEX_NAME
+from spark_webdataset.format.manifest import Manifest
 from spark_webdataset.format.sample_index import task_rows, write_task_run
+from spark_webdataset.format.shard_writer import ShardInfo
+from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.spark.writer import WebDatasetCommitMessage, WebDatasetWriter
 from spark_webdataset.storage.local import LocalStorage
+
+from tests.support.helpers import crc32c_text
 
 SHARDS = 200
 SCHEMA = StructType([StructField("__key__", StringType()), StructField("bin", BinaryType())])
@@ -45,7 +44,9 @@ def staged_write(directory: Path) -> tuple[WebDatasetWriter, list[WebDatasetComm
         write_task_run(rows, sink)
         storage.write_atomic(storage.join(staging, STAGED_INDEX_NAME), sink.getvalue())
         info = ShardInfo(0, 1, len(data), crc32c_text(data), key, key)
-        messages.append(WebDatasetCommitMessage(partition, 0, partition, staging, [info], storage.join(staging, STAGED_INDEX_NAME)))
+        messages.append(
+            WebDatasetCommitMessage(partition, 0, partition, staging, [info], storage.join(staging, STAGED_INDEX_NAME))
+        )
     return writer, messages
 
 

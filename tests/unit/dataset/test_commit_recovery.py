@@ -10,19 +10,20 @@ import hashlib
 from pathlib import Path
 
 import pytest
-
+from spark_webdataset.dataset.journal import Journal, journal_job, roll_forward
+from spark_webdataset.dataset.layout import Version
 from spark_webdataset.dataset.lock import CommitLock
 from spark_webdataset.errors import NotCommitted
 from spark_webdataset.format.manifest import Manifest, ShardEntry
-from spark_webdataset.dataset.layout import Version
-from spark_webdataset.dataset.journal import Journal, journal_job, roll_forward
 
 JOB = "deadjob"
 
 
 def manifest(*names: str, sample_index: str = "_index/000001.parquet") -> bytes:
     shards = [ShardEntry(name, 1, 1024, f"k{i}", f"k{i}", crc32c="AAAAAA==") for i, name in enumerate(names)]
-    return Manifest(shards=shards, fields=[{"name": "txt", "type": "string"}], options={}, sample_index=sample_index).to_json()
+    return Manifest(
+        shards=shards, fields=[{"name": "txt", "type": "string"}], options={}, sample_index=sample_index
+    ).to_json()
 
 
 def dead_commit(directory: Path, renames: list[tuple[str, str]], overwrite: bool = False) -> Version:
@@ -77,7 +78,10 @@ def test_a_dead_commit_is_finished_once_and_its_leftovers_go(tmp_path) -> None:
 def test_an_overwrite_replaces_the_old_manifest(tmp_path) -> None:
     (tmp_path / "_manifest.json").write_bytes(manifest("shard-000000.tar", "shard-000001.tar"))
     (tmp_path / "shard-000001.tar").write_bytes(b"old")
-    renames = [(staged("000000.tar"), "shard-000000.tar"), (f"_staging/{JOB}/index-000000.parquet", "_index/000000.parquet")]
+    renames = [
+        (staged("000000.tar"), "shard-000000.tar"),
+        (f"_staging/{JOB}/index-000000.parquet", "_index/000000.parquet"),
+    ]
     version = dead_commit(tmp_path, renames, overwrite=True)
     with CommitLock(version, "next") as lock:
         assert roll_forward(version, lock)
@@ -87,7 +91,10 @@ def test_an_overwrite_replaces_the_old_manifest(tmp_path) -> None:
 
 
 def test_a_journal_whose_staged_shard_is_gone_is_not_committed(tmp_path) -> None:
-    renames = [(staged("000000.tar"), "shard-000000.tar"), (f"_staging/{JOB}/index-000000.parquet", "_index/000000.parquet")]
+    renames = [
+        (staged("000000.tar"), "shard-000000.tar"),
+        (f"_staging/{JOB}/index-000000.parquet", "_index/000000.parquet"),
+    ]
     version = dead_commit(tmp_path, renames)
     (tmp_path / staged("000000.tar")).unlink()  # neither staged nor final: the data is lost
     with CommitLock(version, "next") as lock, pytest.raises(NotCommitted) as caught:

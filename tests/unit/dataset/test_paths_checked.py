@@ -17,16 +17,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
-from tests.support.fenced_committer import SCHEMA, commit_samples, published
-from tests.support.helpers import snapshot_files
-
 import spark_webdataset
 from spark_webdataset import cli
 from spark_webdataset.dataset.layout import Dataset, Version
 from spark_webdataset.dataset.paths import check_dataset_root, check_version_id
-from spark_webdataset.dataset.tree import LEASE_NAME
 from spark_webdataset.dataset.publish import publish
+from spark_webdataset.dataset.tree import LEASE_NAME
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import (
     DuplicateKey,
@@ -38,6 +34,9 @@ from spark_webdataset.errors import (
 )
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.spark.writer import WebDatasetWriter
+
+from tests.support.fenced_committer import SCHEMA, commit_samples, published
+from tests.support.helpers import snapshot_files
 
 # Look-alikes: full-width digits, a Cyrillic 'а' and 'о', Arabic-Indic and superscript digits, a
 # trailing newline (`$` would take it), a combining mark.
@@ -180,7 +179,9 @@ def test_a_failed_write_to_a_fresh_version_leaves_no_directory(tmp_path) -> None
     assert not (tmp_path / "ds" / "versions" / "fresh").exists(), snapshot_files(tmp_path / "ds" / "versions")
     after = snapshot_files(tmp_path)
     assert after.keys() == before.keys()  # the same paths; versions/ itself saw an entry come and go
-    assert {p: v for p, v in after.items() if p != "ds/versions"} == {p: v for p, v in before.items() if p != "ds/versions"}
+    assert {p: v for p, v in after.items() if p != "ds/versions"} == {
+        p: v for p, v in before.items() if p != "ds/versions"
+    }
 
 
 def test_publishing_a_version_that_does_not_exist_creates_nothing(tmp_path, capsys) -> None:

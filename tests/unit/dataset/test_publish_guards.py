@@ -10,17 +10,16 @@ import json
 from pathlib import Path
 
 import pytest
-
-from tests.support.fenced_committer import commit_samples, published
-
 from spark_webdataset import cli
-from spark_webdataset.errors import PublishRefused
+from spark_webdataset import fault_points as faults
+from spark_webdataset.dataset.commit import StreamBatch
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import advance_latest, publish
-from spark_webdataset.dataset.commit import StreamBatch
-from spark_webdataset.format.manifest import Manifest
-from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.validate import validate_version
+from spark_webdataset.errors import PublishRefused
+from spark_webdataset.format.manifest import Manifest
+
+from tests.support.fenced_committer import commit_samples, published
 
 
 def test_an_empty_version_is_refused_unless_allowed(tmp_path, capsys) -> None:

@@ -13,6 +13,7 @@ per test:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -22,19 +23,19 @@ import time
 from pathlib import Path
 
 import pytest
-
 import spark_webdataset
+from spark_webdataset import fault_points as faults
+from spark_webdataset.dataset.build_rules import parse_duration
 from spark_webdataset.dataset.catalog import describe_root
 from spark_webdataset.dataset.layout import Dataset
-from spark_webdataset.dataset.tree import LEASE_NAME, WRITER_MARK, WRITER_MARK_NAME
 from spark_webdataset.dataset.publish import publish, set_latest
-from spark_webdataset.dataset.build_rules import parse_duration
 from spark_webdataset.dataset.retention import PROOF_FILES, RetentionPolicy, collect, pin, plan, unpin
 from spark_webdataset.dataset.staging import _proc_stat
+from spark_webdataset.dataset.tree import LEASE_NAME, WRITER_MARK, WRITER_MARK_NAME
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import BadOption, PublishRefused, RetentionRefused
-from spark_webdataset import fault_points as faults
 from spark_webdataset.fault_points import InjectedFault
+
 from tests.support.chains import build_chain, commit_version, publish_version
 
 KEEP_TWO = RetentionPolicy(keep_last=2, min_age_seconds=0)
@@ -146,7 +147,7 @@ def test_latest_pinned_young_and_live_versions_survive(root) -> None:
     job.mkdir(parents=True)
     me = _proc_stat(os.getpid())
     (job / LEASE_NAME).write_text(
-        '{"job_id": "job-1", "host": "%s", "driver_pid": %d, "driver_started": %d}' % (os.uname().nodename, os.getpid(), me[2])
+        json.dumps({"job_id": "job-1", "host": os.uname().nodename, "driver_pid": os.getpid(), "driver_started": me[2]})
     )
 
     report = collect(str(root), RetentionPolicy(keep_last=2, min_age_seconds=parse_duration("24h")), now=future)
@@ -180,7 +181,10 @@ def test_dry_run_changes_no_byte_and_plans_what_gc_then_frees(root) -> None:
         [sys.executable, "-m", "spark_webdataset.cli", "inspect", str(root), "--keep-last", "2", "--min-age", "0"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert "gc --keep-last 2 would free" in inspected.stdout and "retire v1, v2, v3; remove tmp-broken, tmp-dead" in inspected.stdout
+    assert (
+        "gc --keep-last 2 would free" in inspected.stdout
+        and "retire v1, v2, v3; remove tmp-broken, tmp-dead" in inspected.stdout
+    )
     assert state() == before
     assert planned.dry_run and planned.retired == ["v1", "v2", "v3"] and planned.bytes_freed > 0
     done = collect(str(root), KEEP_TWO)
@@ -273,7 +277,9 @@ def test_a_retired_version_cannot_be_published_or_pinned_again(root) -> None:
 
 def test_the_cli_pins_unpins_and_refuses_bad_policies(root) -> None:
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "spark_webdataset.cli", *args], capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "spark_webdataset.cli", *args], capture_output=True, text=True, timeout=60
+        )
 
     assert cli("pin", str(root), "v1", "--by", "me").returncode == 0
     assert Dataset(str(root)).pinned_ids() == ["v1"]

@@ -12,12 +12,12 @@ import hashlib
 from pathlib import Path
 
 import pytest
-
 import spark_webdataset
+from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.catalog import describe_root
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.retention import RetentionPolicy, collect, pin, plan
-from spark_webdataset import fault_points as faults
+
 from tests.support.chains import commit_version, publish_version
 
 GO_NOW = RetentionPolicy(keep_last=1, min_age_seconds=0)  # everything but LATEST, pins and live jobs may go
@@ -66,7 +66,11 @@ def test_a_pinned_unpublished_version_is_kept_by_the_plan_the_dry_run_inspect_an
     assert planned.bytes_freed == sum(path.stat().st_size for path in tmp_b.rglob("*") if path.is_file())
 
     dry = collect(str(root), GO_NOW, dry_run=True)
-    assert dry.removed_unpublished == ["tmp-b"] and dry.kept["tmp-a"] == ["pinned"] and dry.bytes_freed == planned.bytes_freed
+    assert (
+        dry.removed_unpublished == ["tmp-b"]
+        and dry.kept["tmp-a"] == ["pinned"]
+        and dry.bytes_freed == planned.bytes_freed
+    )
     gc = describe_root(str(root), retention=GO_NOW).gc
     assert gc is not None and gc["remove"] == ["tmp-b"] and gc["retire"] == [] and gc["bytes"] == planned.bytes_freed
     assert files_of(directory) == before  # planning wrote nothing

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from spark_webdataset.dataset.publish import advance_latest, read_latest
 
 

@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
-
+from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import MAX_REPORTED_ERRORS, validate_version
 from spark_webdataset.errors import PipelineError
-from spark_webdataset import fault_points as faults
+
 from tests.support import chains
 from tests.support.chains import build_chain, commit_version
 from tests.support.helpers import run_cli
@@ -22,7 +22,11 @@ from tests.support.helpers import run_cli
 
 def _files(directory: Path) -> dict[str, tuple[bytes, int]]:
     """Every file under `directory`: its bytes and mtime_ns."""
-    return {str(p.relative_to(directory)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -57,7 +61,9 @@ def test_cli_validate_of_a_published_version_writes_nothing_under_it_and_reports
         assert _files(v1) == before
     for bad in (tmp_path, tmp_path / ("x" * 300) / "r.json"):  # a directory; a name too long to create
         refused = run_cli("validate", str(v1), "--quiet", "--report", str(bad))
-        assert refused.returncode == 2 and "--report" in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+        assert refused.returncode == 2 and "--report" in refused.stderr and "Traceback" not in refused.stderr, (
+            refused.stderr
+        )
     assert _files(v1) == before
     # without --report: the verdict only
     done = run_cli("validate", str(v1), "--require", "jpg", "--quiet")
@@ -67,7 +73,9 @@ def test_cli_validate_of_a_published_version_writes_nothing_under_it_and_reports
 
 def test_error_count_is_every_error_found_and_the_report_says_it_lists_only_the_first(chain, tmp_path) -> None:
     report_path = tmp_path / "v1.json"
-    done = run_cli("validate", str(Path(chain, "versions", "v1")), "--require", "jpg", "--quiet", "--report", str(report_path))
+    done = run_cli(
+        "validate", str(Path(chain, "versions", "v1")), "--require", "jpg", "--quiet", "--report", str(report_path)
+    )
     assert done.returncode == 1 and "FAILED with 120 error(s)" in done.stdout
     report = json.loads(report_path.read_text())
     assert report["error_count"] == 120  # one missing field per sample, all in one shard
@@ -144,7 +152,9 @@ def test_a_parent_whose_sealed_report_is_not_ok_fails_the_child_naming_it(chain,
     report_path.write_text(json.dumps(document))
     report = validate_version(Dataset(chain).version("v2").uri, workers=1, write_report=False)
     assert not report.ok
-    assert any("version v1" in e["error"] and e["shard"] == f"../v1/{chains.shard_name(0)}" for e in report.errors), report.errors
+    assert any("version v1" in e["error"] and e["shard"] == f"../v1/{chains.shard_name(0)}" for e in report.errors), (
+        report.errors
+    )
 
 
 def test_a_report_of_more_errors_than_it_lists_counts_them_all_and_says_so(tmp_path) -> None:

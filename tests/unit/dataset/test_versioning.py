@@ -8,13 +8,10 @@ import subprocess
 import sys
 
 import pytest
-
+from spark_webdataset.dataset.publish import publish
 from spark_webdataset.errors import (
     InvalidVersionId,
 )
-from spark_webdataset.dataset.publish import publish
-
-
 
 
 @pytest.mark.parametrize("version", ["../x", "a/b", "..", ".hidden", "x" * 129, "a b", "v..1", ""])

@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from spark_webdataset.errors import (
     BadOption,
     DuplicateKey,
@@ -89,7 +88,9 @@ def test_member_names_that_fit_ustar_or_may_use_pax_pass() -> None:
 
 
 def _run(keys: list[str]) -> pa.RecordBatch:
-    return pa.record_batch([pa.array(keys, pa.large_string()), pa.array(range(len(keys)), pa.int32())], names=["key", "shard"])
+    return pa.record_batch(
+        [pa.array(keys, pa.large_string()), pa.array(range(len(keys)), pa.int32())], names=["key", "shard"]
+    )
 
 
 def test_a_key_run_sorts_and_names_a_repeated_key() -> None:
@@ -216,9 +217,7 @@ def test_scalar_columns_survive_encode_then_decode(kind: str) -> None:
 
 def test_nested_binary_and_times_become_json_text() -> None:
     kind = pa.struct([("raw", pa.binary()), ("at", pa.time64("us"))])
-    [encoded] = encode_column(
-        pa.array([{"raw": b"\x00\xff", "at": datetime.time(1, 2, 3)}], kind), "x"
-    ).to_pylist()
+    [encoded] = encode_column(pa.array([{"raw": b"\x00\xff", "at": datetime.time(1, 2, 3)}], kind), "x").to_pylist()
     document = json.loads(encoded)
     assert base64.b64decode(document["raw"]) == b"\x00\xff"
     assert document["at"] == "01:02:03"
@@ -365,9 +364,7 @@ def test_null_values_leave_members_out_on_the_pax_and_direct_paths(tmp_path: Pat
 def test_discard_closes_every_shard_without_finishing_it(tmp_path: Path) -> None:
     opened: list = []
     writer = ShardWriter(["txt"], open_in(tmp_path, opened), 4096)
-    writer.write_batch(
-        pa.array([f"{i}" for i in range(10)]), [encode_column(pa.array(["x" * 600] * 10), "txt")]
-    )
+    writer.write_batch(pa.array([f"{i}" for i in range(10)]), [encode_column(pa.array(["x" * 600] * 10), "txt")])
     writer.discard()
     assert len(opened) > 1 and all(stream.closed for stream in opened)
     last = (tmp_path / f"shard-{len(opened) - 1:06d}.tar").read_bytes()
@@ -380,9 +377,7 @@ def test_discard_closes_every_shard_without_finishing_it(tmp_path: Path) -> None
 
 
 def test_tar_errors_cross_process_boundaries_with_shard_offset_and_key() -> None:
-    error = TarFormatError("field 'txt' appears twice in one sample", 1536, "k/1").in_shard(
-        "shard-000003.tar"
-    )
+    error = TarFormatError("field 'txt' appears twice in one sample", 1536, "k/1").in_shard("shard-000003.tar")
     copy = pickle.loads(pickle.dumps(error))
     assert type(copy) is TarFormatError
     assert (copy.shard, copy.offset, copy.key) == ("shard-000003.tar", 1536, "k/1")
@@ -392,9 +387,7 @@ def test_tar_errors_cross_process_boundaries_with_shard_offset_and_key() -> None
 def test_from_spark_returns_our_own_errors_as_they_are() -> None:
     error = InvalidKey("invalid sample key 'a.b'")
     assert from_spark(error) is error
-    assert isinstance(
-        from_spark(RuntimeError("spark_webdataset.errors.DuplicateKey: twice")), WebDatasetError
-    )
+    assert isinstance(from_spark(RuntimeError("spark_webdataset.errors.DuplicateKey: twice")), WebDatasetError)
 
 
 NESTED_BINARY = pa.struct(

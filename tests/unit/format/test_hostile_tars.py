@@ -17,16 +17,31 @@ import warnings
 from pathlib import Path
 
 import pytest
-
-from spark_webdataset.format.manifest import Manifest
 from spark_webdataset.errors import MemberSizeError
 from spark_webdataset.format import tar_rules, ustar
 from spark_webdataset.format.fast_read import read_sample_batches
-from spark_webdataset.format.sample_reader import iter_members, iter_samples
 from spark_webdataset.format.fast_verify import scan_shard
+from spark_webdataset.format.manifest import Manifest
+from spark_webdataset.format.sample_reader import iter_members, iter_samples
 from spark_webdataset.format.verify import check_shard
-from tests.support.tars import BLOCK, END, GOOD, HUGE, Pipe, bogus_pax_length, claiming, huge_base256, member, one_verdict, pax, pax_record, pax_size_past_the_end, version_with, with_field
 
+from tests.support.tars import (
+    BLOCK,
+    END,
+    GOOD,
+    HUGE,
+    Pipe,
+    bogus_pax_length,
+    claiming,
+    huge_base256,
+    member,
+    one_verdict,
+    pax,
+    pax_record,
+    pax_size_past_the_end,
+    version_with,
+    with_field,
+)
 
 # -- the malformed inputs ----------------------------------------------------------------------
 
@@ -194,7 +209,9 @@ def test_validation_records_a_shard_it_cannot_check_at_all(tmp_path: Path, monke
     written = json.loads((directory / "_validation.json").read_text())
     assert not report.ok and written["ok"] is False
     [error] = written["errors"]
-    assert error["shard"] == "shard-000000.tar" and "StorageError: shard-000000.tar: the bucket said no" in error["error"]
+    assert (
+        error["shard"] == "shard-000000.tar" and "StorageError: shard-000000.tar: the bucket said no" in error["error"]
+    )
 
 
 def test_the_cli_exits_non_zero_on_a_hostile_shard_without_a_traceback(tmp_path: Path, capsys) -> None:
@@ -219,6 +236,7 @@ def hostile_view(tmp_path: Path):
         from fastapi.testclient import TestClient
 
     from spark_webdataset.airflow.ui.app import create_app
+
     from tests.support.webdataset_ui_data import commit_table, digits_table, write_digits_config
 
     root = tmp_path / "data" / "foreign"

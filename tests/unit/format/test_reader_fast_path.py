@@ -18,16 +18,15 @@ from typing import BinaryIO
 
 import pyarrow as pa
 import pytest
-
-from tests.support.helpers import tar_by_tarfile
 from spark_webdataset.errors import TarFormatError
 from spark_webdataset.format import ustar
 from spark_webdataset.format.encode import encode_column
 from spark_webdataset.format.fast_read import read_sample_batches
 from spark_webdataset.format.sample_reader import iter_samples
 from spark_webdataset.format.shard_writer import ShardWriter
-from tests.support.tars import END, Pipe, member
 
+from tests.support.helpers import tar_by_tarfile
+from tests.support.tars import END, Pipe, member
 
 CHUNKS = [1024, 4096, 3 * 4096, 1 << 20]
 Outcome = tuple[list[tuple], tuple[str, int, str | None] | None]
@@ -173,8 +172,18 @@ def test_every_truncation_of_a_small_tar() -> None:
 @pytest.mark.parametrize(
     "case",
     [
-        "checksum", "zero_block", "field_twice", "key_back", "directory", "no_dot", "leading_dot",
-        "absolute", "dotdot", "not_utf8", "base256", "long_link_last",
+        "checksum",
+        "zero_block",
+        "field_twice",
+        "key_back",
+        "directory",
+        "no_dot",
+        "leading_dot",
+        "absolute",
+        "dotdot",
+        "not_utf8",
+        "base256",
+        "long_link_last",
     ],
 )
 def test_damage_and_broken_rules(case: str) -> None:
@@ -205,7 +214,6 @@ def test_damage_and_broken_rules(case: str) -> None:
 
 def test_the_reader_names_the_shard_of_a_damaged_tar(tmp_path: Path) -> None:
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
-
     from spark_webdataset.spark.options import ReadOptions
     from spark_webdataset.spark.reader import ShardPartition, WebDatasetReader
 

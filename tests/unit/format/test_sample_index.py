@@ -7,17 +7,18 @@ import tarfile
 
 import pyarrow as pa
 import pytest
-
+from spark_webdataset.errors import DuplicateKey
 from spark_webdataset.format.checksums import crc32c_extend
 from spark_webdataset.format.keys import merge_blocks, sort_run
 from spark_webdataset.format.sample_index import BLOCK_ROWS, INDEX_SCHEMA, IndexFile, concat_rows, write_index
 from spark_webdataset.format.shard_writer import ShardWriter
-from spark_webdataset.errors import DuplicateKey
 from spark_webdataset.storage.base import RangeFile
 from spark_webdataset.storage.local import LocalStorage
 
 
-def _written(keys: list[str], columns: list[list[bytes | None]], fields: list[str], **options) -> tuple[list[bytes], pa.RecordBatch]:
+def _written(
+    keys: list[str], columns: list[list[bytes | None]], fields: list[str], **options
+) -> tuple[list[bytes], pa.RecordBatch]:
     shards: list[io.BytesIO] = []
 
     class Kept(io.BytesIO):
@@ -42,7 +43,10 @@ def test_the_writers_rows_are_each_samples_bytes(case: str) -> None:
     keys = [f"key{n:04d}" for n in range(40)]
     fields = ["txt", "bin"]
     size = 50_000 if case == "large members (direct writes)" else 37
-    columns = [[f"t{n}".encode() * (n % 5 + 1) for n in range(40)], [bytes([n]) * (size + n) if n % 3 else None for n in range(40)]]
+    columns = [
+        [f"t{n}".encode() * (n % 5 + 1) for n in range(40)],
+        [bytes([n]) * (size + n) if n % 3 else None for n in range(40)],
+    ]
     options = {}
     if case == "long names (PAX)":
         keys = [f"{'k' * 120}{n:04d}" for n in range(40)]
@@ -52,7 +56,9 @@ def test_the_writers_rows_are_each_samples_bytes(case: str) -> None:
     shards, rows = _written(keys, columns, fields, **options)
     assert rows.column("key").to_pylist() == keys
     assert len(shards) == (6 if case == "several shards" else 1)
-    for key, shard, offset, length, crc in zip(*(rows.column(c).to_pylist() for c in ("key", "shard", "offset", "length", "crc32c"))):
+    for key, shard, offset, length, crc in zip(
+        *(rows.column(c).to_pylist() for c in ("key", "shard", "offset", "length", "crc32c"))
+    ):
         data = shards[shard]
         piece = data[offset : offset + length]
         assert crc32c_extend(0, piece) == crc
@@ -94,7 +100,9 @@ class CountingStorage(LocalStorage):
 def _million(path: str) -> int:
     count = 1_000_000
     keys = pa.array([f"sample-{n:09d}" for n in range(count)], pa.string())
-    shards = pa.DictionaryArray.from_arrays(pa.array([n // 10_000 for n in range(count)], pa.int32()), pa.array([f"shard-{s:06d}.tar" for s in range(100)]))
+    shards = pa.DictionaryArray.from_arrays(
+        pa.array([n // 10_000 for n in range(count)], pa.int32()), pa.array([f"shard-{s:06d}.tar" for s in range(100)])
+    )
     table = pa.table(
         {
             "key": keys,

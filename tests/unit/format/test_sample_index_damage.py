@@ -17,7 +17,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 import spark_webdataset
 from spark_webdataset.errors import (
     EXIT_FAILED,
@@ -27,6 +26,7 @@ from spark_webdataset.errors import (
     WebDatasetError,
 )
 from spark_webdataset.format.sample_index import INDEX_SCHEMA, read_index, write_index
+
 from tests.support.helpers import run_cli
 from tests.support.webdataset_ui_data import commit_table
 
@@ -156,7 +156,9 @@ def test_an_index_row_pointing_at_another_intact_sample_is_a_sample_mismatch(ver
     samples = spark_webdataset.open(str(version))
     other = samples.locate("00030")
     assert other is not None and other.shard != samples.locate("00007").shard
-    rewrite_rows(version, set_row("00007", shard=other.shard, offset=other.offset, length=other.length, crc32c=other.crc32c))
+    rewrite_rows(
+        version, set_row("00007", shard=other.shard, offset=other.offset, length=other.length, crc32c=other.crc32c)
+    )
     samples = spark_webdataset.open(str(version))
     with pytest.raises(SampleMismatch) as caught:
         samples.get("00007")
@@ -207,16 +209,27 @@ def test_a_lying_manifest_and_index_keep_memory_bounded(version: Path) -> None:
         lambda text: json.dumps({**json.loads(text), "shards": [{"name": 7}]}),
         lambda text: json.dumps({**json.loads(text), "shards": [{**json.loads(text)["shards"][0], "bytes": -1}]}),
         lambda text: json.dumps({**json.loads(text), "shards": [{**json.loads(text)["shards"][0], "samples": "3"}]}),
-        lambda text: json.dumps({**json.loads(text), "shards": [{**json.loads(text)["shards"][0], "name": "../x.tar"}]}),
+        lambda text: json.dumps(
+            {**json.loads(text), "shards": [{**json.loads(text)["shards"][0], "name": "../x.tar"}]}
+        ),
         lambda text: json.dumps({**json.loads(text), "sample_index_bytes": -5}),
         lambda text: json.dumps({**json.loads(text), "sample_index": "/etc/passwd"}),
         lambda text: json.dumps({**json.loads(text), "fields": {"txt": "binary"}}),
         lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "shards"}),
     ],
     ids=[
-        "not json", "a list", "not utf-8", "shards a string", "shard name a number", "negative bytes",
-        "samples a string", "shard name with ..", "negative index size", "absolute index path",
-        "fields a dict", "no shards",
+        "not json",
+        "a list",
+        "not utf-8",
+        "shards a string",
+        "shard name a number",
+        "negative bytes",
+        "samples a string",
+        "shard name with ..",
+        "negative index size",
+        "absolute index path",
+        "fields a dict",
+        "no shards",
     ],
 )
 def test_a_garbage_manifest_is_a_typed_error_naming_the_file(version: Path, change) -> None:
@@ -248,10 +261,11 @@ def test_errors_are_ours(version: Path) -> None:
     assert issubclass(CorruptIndex, WebDatasetError) and issubclass(CorruptManifest, WebDatasetError)
 
 
-@pytest.mark.parametrize("text", ["{not json", '{"__kind__": "spark-webdataset-manifest-v1", "shards": [{"name": "../../x.tar"}]}'])
+@pytest.mark.parametrize(
+    "text", ["{not json", '{"__kind__": "spark-webdataset-manifest-v1", "shards": [{"name": "../../x.tar"}]}']
+)
 def test_the_spark_readers_planning_names_a_garbage_manifest(version: Path, text: str) -> None:
     from pyspark.sql.types import StringType, StructField, StructType
-
     from spark_webdataset.spark.options import ReadOptions
     from spark_webdataset.spark.reader import WebDatasetReader
 

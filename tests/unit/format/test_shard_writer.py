@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
+from spark_webdataset.errors import TarFormatError, WebDatasetError
 from spark_webdataset.format import ustar
 from spark_webdataset.format.encode import encode_column
-from spark_webdataset.errors import WebDatasetError
-from spark_webdataset.errors import TarFormatError
 from spark_webdataset.format.sample_reader import iter_samples
 from spark_webdataset.format.shard_writer import ShardWriter
 
@@ -75,9 +73,7 @@ def test_shards_roll_at_the_exact_byte_cap(tmp_path: Path) -> None:
 
 
 def test_lone_oversize_sample_gets_its_own_shard(tmp_path: Path) -> None:
-    paths = write_shards(
-        tmp_path, ["a", "b", "c"], {"bin": [b"1", b"2" * 5000, b"3"]}, max_shard_bytes=4096
-    )
+    paths = write_shards(tmp_path, ["a", "b", "c"], {"bin": [b"1", b"2" * 5000, b"3"]}, max_shard_bytes=4096)
     sizes = [p.stat().st_size for p in paths]
     assert len(paths) == 3 and sizes[1] > 4096 and sizes[0] <= 4096 and sizes[2] <= 4096
 

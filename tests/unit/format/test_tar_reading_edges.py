@@ -18,13 +18,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
-from tests.support.helpers import tar_by_tarfile
 from spark_webdataset.errors import TarFormatError
 from spark_webdataset.format import ustar
+from spark_webdataset.format.fast_verify import CHUNK_BYTES, scan_shard
 from spark_webdataset.format.names import key_error
 from spark_webdataset.format.sample_reader import iter_members, iter_samples
-from spark_webdataset.format.fast_verify import CHUNK_BYTES, scan_shard
+
+from tests.support.helpers import tar_by_tarfile
 from tests.support.tars import END, member, with_field
 
 
@@ -43,9 +43,7 @@ def scan_keys(data: bytes, required: tuple[str, ...] = ()) -> list[str] | None:
 def test_gnu_base256_size_is_read_and_the_scan_defers() -> None:
     """GNU tar writes sizes of 8 GiB and more in base-256; the parser reads any size spelled so."""
     payload = b"p" * 700
-    header = with_field(
-        member("a.bin", payload)[: ustar.BLOCK], 124, b"\x80" + len(payload).to_bytes(11, "big")
-    )
+    header = with_field(member("a.bin", payload)[: ustar.BLOCK], 124, b"\x80" + len(payload).to_bytes(11, "big"))
     data = header + payload + bytes(ustar.padding(len(payload))) + member("a.txt", b"t") + END
     [only] = samples(data)
     assert (only.key, only.fields) == ("a", {"bin": payload, "txt": b"t"})
@@ -131,9 +129,7 @@ def test_a_header_whose_checksum_does_not_match_names_its_offset() -> None:
 def test_non_seekable_streams_skip_unwanted_payloads_by_reading(tmp_path: Path) -> None:
     """A pipe cannot seek: payloads of fields not asked for are read past, and truncation still shows."""
     big = bytes(range(256)) * 5000
-    data = (
-        member("a.bin", big) + member("a.txt", b"one") + member("b.bin", big) + member("b.txt", b"two") + END
-    )
+    data = member("a.bin", big) + member("a.txt", b"one") + member("b.bin", big) + member("b.txt", b"two") + END
     path = tmp_path / "piped.tar"
     path.write_bytes(data)
     with subprocess.Popen(["cat", str(path)], stdout=subprocess.PIPE) as pipe:
@@ -291,8 +287,8 @@ def test_scan_defers_damage_that_the_parser_names(layout: str) -> None:
 
 def test_a_member_name_that_is_not_utf8_is_damage_named_at_its_header(tmp_path: Path) -> None:
     """Keys become Spark strings: validation reports such a shard instead of crashing on it."""
-    from spark_webdataset.format.manifest import Manifest, ShardEntry
     from spark_webdataset.dataset.validate import validate_version
+    from spark_webdataset.format.manifest import Manifest, ShardEntry
 
     data = member("a.txt", b"x") + member(b"\xff.txt", b"y") + END
     with pytest.raises(TarFormatError, match=r"offset 1024: member name b'\\xff.txt' is not UTF-8"):

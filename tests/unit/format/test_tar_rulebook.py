@@ -16,13 +16,12 @@ import io
 
 import numpy as np
 import pytest
-
-from tests.support.tars import BLOCK, END, GOOD, member, one_verdict, pax, pax_record, with_field
-
 from spark_webdataset.format import names, tar_rules, ustar
 from spark_webdataset.format.fast_read import read_sample_batches
-from spark_webdataset.format.sample_reader import iter_samples
 from spark_webdataset.format.fast_verify import scan_shard
+from spark_webdataset.format.sample_reader import iter_samples
+
+from tests.support.tars import BLOCK, END, GOOD, member, one_verdict, pax, pax_record, with_field
 
 
 def raw_member(raw_name: bytes, data: bytes = b"2", typeflag: bytes = b"0") -> bytes:
@@ -135,7 +134,12 @@ def test_the_magics_the_rulebook_reads_are_read_alike_by_all_three() -> None:
 
 def test_the_vectorized_rules_agree_with_the_scalar_ones() -> None:
     """header_faults flags every header check_header refuses; split_names every name member_parts refuses."""
-    headers = [B[:BLOCK], wrong_checksum(B)[:BLOCK], with_field(B[:BLOCK], 257, b"ustaR\x0000"), with_field(B[:BLOCK], 156, b"2")]
+    headers = [
+        B[:BLOCK],
+        wrong_checksum(B)[:BLOCK],
+        with_field(B[:BLOCK], 257, b"ustaR\x0000"),
+        with_field(B[:BLOCK], 156, b"2"),
+    ]
     rows = np.frombuffer(b"".join(headers), np.uint8).reshape(len(headers), BLOCK)
     assert tar_rules.header_faults(rows).tolist() == [False, True, True, True]
     cases = ["a.txt", "../a.txt", "/a.txt", "a/../b.txt", "b", "a/.txt", "b.d/x", "k/x.tar.gz", "a..b.txt"]

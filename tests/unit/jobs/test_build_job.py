@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import pytest
-
 from spark_webdataset.jobs.build import plan_partitions
 
 

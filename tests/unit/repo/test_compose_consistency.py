@@ -18,11 +18,7 @@ from tests.support.compose_stack import IMAGE_REPO, REPO, environment, healthche
 
 AIRFLOW_ENV_SH = (REPO / "scripts" / "airflow_env.sh").read_text()
 DOCKERFILE = (REPO / "Dockerfile").read_text()
-PINNED = {
-    line.split("==")[0].lower()
-    for line in (REPO / "constraints.txt").read_text().splitlines()
-    if "==" in line
-}
+PINNED = {line.split("==")[0].lower() for line in (REPO / "constraints.txt").read_text().splitlines() if "==" in line}
 SERVICES = services()
 LONG_RUNNING = sorted(set(SERVICES) - {"airflow-init"})
 
@@ -70,15 +66,11 @@ def test_every_command_and_healthcheck_is_a_script_or_an_airflow_command_that_ex
                 pytest.fail(f"{where}: airflow refuses {argv[1:]}")
         elif argv[0].startswith("scripts/"):
             script = REPO / argv[0]
-            assert script.is_file() and os.access(script, os.X_OK), (
-                f"{where}: {script} missing or not executable"
-            )
+            assert script.is_file() and os.access(script, os.X_OK), f"{where}: {script} missing or not executable"
         else:  # programs of the image (curl, sh) or of the Postgres image (pg_isready)
             program = argv[0] if argv[0] != "sh" else argv[2].split()[0]
             assert program in ("curl", "pg_isready"), f"{where}: unexpected program {program}"
-            assert program != "curl" or re.search(r"apt-get install[^\n]*\bcurl\b", DOCKERFILE), (
-                "curl not in the image"
-            )
+            assert program != "curl" or re.search(r"apt-get install[^\n]*\bcurl\b", DOCKERFILE), "curl not in the image"
 
 
 def test_dependencies_wait_for_health_or_completion() -> None:
@@ -87,13 +79,9 @@ def test_dependencies_wait_for_health_or_completion() -> None:
             assert dependency in SERVICES, f"{name} depends on unknown {dependency}"
             condition = rule["condition"]
             if condition == "service_healthy":
-                assert "healthcheck" in SERVICES[dependency], (
-                    f"{name} waits for {dependency}'s health, it has no check"
-                )
+                assert "healthcheck" in SERVICES[dependency], f"{name} waits for {dependency}'s health, it has no check"
             else:
-                assert (
-                    condition == "service_completed_successfully" and SERVICES[dependency]["restart"] == "no"
-                ), name
+                assert condition == "service_completed_successfully" and SERVICES[dependency]["restart"] == "no", name
     for name in LONG_RUNNING:
         assert "healthcheck" in SERVICES[name], name
     for name in compose_stack.AIRFLOW_SERVICES[1:]:
@@ -161,9 +149,7 @@ def test_ports_and_hosts_line_up() -> None:
     master = environment(SERVICES["spark-master"])
     for variable in ("SPARK_MASTER_PORT", "SPARK_MASTER_WEBUI_PORT"):
         default = re.search(rf"\${{{variable}:-(\d+)}}", cluster)[1]
-        assert master[variable] == default and f"{default}:{default}" in SERVICES["spark-master"]["ports"], (
-            variable
-        )
+        assert master[variable] == default and f"{default}:{default}" in SERVICES["spark-master"]["ports"], variable
     for name in ("spark-master", "spark-worker"):
         for variable in environment(SERVICES[name]):
             if variable.startswith("SPARK_") and variable not in (
@@ -199,9 +185,7 @@ def _airflow_defaults() -> dict:
 
     return {
         "api_port": int(conf.get_default_value("api", "port")),
-        "scheduler_health_port": int(
-            conf.get_default_value("scheduler", "scheduler_health_check_server_port")
-        ),
+        "scheduler_health_port": int(conf.get_default_value("scheduler", "scheduler_health_check_server_port")),
     }
 
 

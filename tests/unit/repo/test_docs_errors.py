@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from spark_webdataset import errors
+
 from tests.support import REPO
 
 

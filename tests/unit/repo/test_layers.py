@@ -97,7 +97,7 @@ def test_no_import_circle() -> None:
         state[module] = 1
         for nxt in sorted(graph[module]):
             if state.get(nxt) == 1:
-                circles.append(trail[trail.index(nxt):] + [nxt])
+                circles.append(trail[trail.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, trail + [nxt])
         state[module] = 2
@@ -143,12 +143,21 @@ def test_nothing_outside_tests_imports_tests() -> None:
             if path.suffix == ".py":
                 tree = ast.parse(text)
                 names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-                names |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and not node.level}
-                paths = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+                names |= {
+                    node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and not node.level
+                }
+                paths = {
+                    node.value
+                    for node in ast.walk(tree)
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                }
                 allowed = DEV_SUPPORT.get(folder)
-                names = {name for name in names if not (allowed and (name == allowed or name.startswith(allowed + ".")))}
+                names = {
+                    name for name in names if not (allowed and (name == allowed or name.startswith(allowed + ".")))
+                }
                 if any(name.split(".")[0] in TEST_MODULES for name in names) or any(
-                    value == "tests" or value.startswith("tests/") for value in paths  # tests/ put on sys.path
+                    value == "tests" or value.startswith("tests/")
+                    for value in paths  # tests/ put on sys.path
                 ):
                     offending.append(str(path.relative_to(REPO)))
     assert sorted(set(offending)) == []

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from spark_webdataset.dataset import tree as layout_tree
+
 from tests.support import REPO
 
 
@@ -13,7 +14,8 @@ def test_the_documented_tree_names_every_layout_file() -> None:
     names = {
         value
         for name, value in vars(layout_tree).items()
-        if (name.endswith("_NAME") or name.endswith("_DIR")) and isinstance(value, str)
+        if (name.endswith("_NAME") or name.endswith("_DIR"))
+        and isinstance(value, str)
         and name not in {"STAGED_INDEX_NAME"}  # a task's file inside _staging/<job>/
     }
     missing = sorted(name for name in names if name not in tree)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-
 from spark_webdataset.errors import BadOption
 from spark_webdataset.spark.options import KeyRange, ReadOptions
 

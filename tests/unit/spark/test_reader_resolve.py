@@ -11,10 +11,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
-from spark_webdataset.errors import BadOption, InputError, NotCommitted, TarFormatError
 from spark_webdataset.dataset.layout import Version
 from spark_webdataset.dataset.tree import WRITER_MARK
+from spark_webdataset.errors import BadOption, InputError, NotCommitted, TarFormatError
 from spark_webdataset.spark.options import ReadOptions
 from spark_webdataset.spark.reader import infer_fields, resolve
 
@@ -32,7 +31,9 @@ def foreign_tar(path: Path, samples: dict[str, dict[str, bytes]]) -> str:
 @pytest.fixture
 def shards(tmp_path) -> Path:
     for n in range(3):
-        foreign_tar(tmp_path / f"part-{n}.tar", {f"s{n}a": {"jpg": b"x", "cls": b"1"}, f"s{n}b": {"jpg": b"y", "txt": b"t"}})
+        foreign_tar(
+            tmp_path / f"part-{n}.tar", {f"s{n}a": {"jpg": b"x", "cls": b"1"}, f"s{n}b": {"jpg": b"y", "txt": b"t"}}
+        )
     return tmp_path
 
 

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import io
 
-
 from spark_webdataset.spark.options import ReadOptions
 from spark_webdataset.spark.reader import ShardPartition, WebDatasetReader
-
-
 
 
 class CountingStream(io.BufferedReader):
@@ -42,15 +39,16 @@ class CountingStream(io.BufferedReader):
 
 
 def test_key_only_schema_reads_no_payload(tmp_path, monkeypatch) -> None:
+    import pyarrow as pa
     from pyspark.sql.types import StringType, StructField, StructType
-
     from spark_webdataset.format.encode import encode_column
     from spark_webdataset.format.shard_writer import ShardWriter
-    import pyarrow as pa
 
     path = tmp_path / "shard.tar"
     writer = ShardWriter(["bin"], lambda _: open(path, "wb"), max_shard_bytes=1 << 30)
-    writer.write_batch(pa.array([f"k{i}" for i in range(200)]), [encode_column(pa.array([b"z" * 100_000] * 200), "bin")])
+    writer.write_batch(
+        pa.array([f"k{i}" for i in range(200)]), [encode_column(pa.array([b"z" * 100_000] * 200), "bin")]
+    )
     writer.close()
     from spark_webdataset.storage.local import LocalStorage
 
@@ -84,7 +82,6 @@ def test_key_options_read_only_the_indexed_samples_in_runs_or_streamed(tmp_path,
     """The index picks the shards and the samples; adjacent ones are one ranged read, or one stream
     when the run is longer than SPAN_READ_BYTES (here made small to take that path too)."""
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
-
     from spark_webdataset.spark import reader as reader_module
     from spark_webdataset.storage.local import LocalStorage
 
@@ -108,12 +105,13 @@ def test_key_options_read_only_the_indexed_samples_in_runs_or_streamed(tmp_path,
 def test_samples_that_are_not_where_the_index_says_fail_the_read(tmp_path) -> None:
     import pytest
     from pyspark.sql.types import StringType, StructField, StructType
-
     from spark_webdataset.errors import ManifestChanged
     from spark_webdataset.spark.reader import KeyRange
 
     version = _digits_version(tmp_path)
-    reader = WebDatasetReader(ReadOptions(str(version), keys=KeyRange("00010", "00011")), StructType([StructField("__key__", StringType())]))
+    reader = WebDatasetReader(
+        ReadOptions(str(version), keys=KeyRange("00010", "00011")), StructType([StructField("__key__", StringType())])
+    )
     (partition,) = reader.partitions()
     offset, length, key, crc = partition.samples[0]
     moved = ShardPartition(partition.url, partition.index, partition.expected, [(offset + length, length, key, crc)])

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from spark_webdataset.errors import BadOption
 from spark_webdataset.spark.options import LATEST_PARENT, WriteOptions
 
@@ -16,7 +15,10 @@ def _parse(**options) -> WriteOptions:
 
 
 def test_the_build_rules_as_options() -> None:
-    assert (_parse(change="Upsert", parent="LATEST").change, _parse(parent="LATEST").parent) == ("upsert", LATEST_PARENT)
+    assert (_parse(change="Upsert", parent="LATEST").change, _parse(parent="LATEST").parent) == (
+        "upsert",
+        LATEST_PARENT,
+    )
     assert _parse(parent="v0").spark_options()["parent"] == "v0"
     for options, message in [
         ({"change": "upsert"}, "option change='upsert' needs option parent (LATEST or a version id): the version it changes"),

@@ -4,7 +4,6 @@ shared credentials file's profile; a missing key is MissingCredentials naming wh
 from __future__ import annotations
 
 import pytest
-
 from spark_webdataset.errors import MissingCredentials, StorageError
 from spark_webdataset.storage.s3 import S3Client, split
 
@@ -54,7 +53,11 @@ def test_endpoints_and_addressing(clean, monkeypatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "S")
     monkeypatch.setenv("AWS_REGION", "eu-west-3")
     url, host, path, _ = S3Client().url("bucket", "a b/c.tar")
-    assert (url, host, path) == ("https://bucket.s3.eu-west-3.amazonaws.com/a%20b/c.tar", "bucket.s3.eu-west-3.amazonaws.com", "/a%20b/c.tar")
+    assert (url, host, path) == (
+        "https://bucket.s3.eu-west-3.amazonaws.com/a%20b/c.tar",
+        "bucket.s3.eu-west-3.amazonaws.com",
+        "/a%20b/c.tar",
+    )
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://minio:9000/")
     assert S3Client().url("bucket", "k")[0] == "http://minio:9000/bucket/k"  # path-style on a custom endpoint
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "https://r2.example:443")

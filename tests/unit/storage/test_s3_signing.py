@@ -9,8 +9,8 @@ import json
 import subprocess
 
 import pytest
-
 from spark_webdataset.storage.s3 import S3Client
+
 from tests.support.s3_server import moto_server_binary
 
 BOTOCORE_SIGNS = r"""
@@ -32,9 +32,19 @@ print(json.dumps({k: v for k, v in request.headers.items()}))
 
 CASES = [
     ("GET", "ds/versions/v1/shard-000000.tar", {}, {"Range": "bytes=0-9"}),
-    ("PUT", "ds/_published/v 1+x~é.json", {}, {"x-amz-checksum-crc32c": "AAAAAA==", "x-amz-sdk-checksum-algorithm": "CRC32C"}),
+    (
+        "PUT",
+        "ds/_published/v 1+x~é.json",
+        {},
+        {"x-amz-checksum-crc32c": "AAAAAA==", "x-amz-sdk-checksum-algorithm": "CRC32C"},
+    ),
     ("GET", "", {"list-type": "2", "prefix": "ds/a b/", "delimiter": "/", "continuation-token": "1/a+b=="}, {}),
-    ("PUT", "ds/final.tar", {"partNumber": "1", "uploadId": "x/y+z"}, {"x-amz-copy-source": "/bucket/ds/staged%20a.tar"}),
+    (
+        "PUT",
+        "ds/final.tar",
+        {"partNumber": "1", "uploadId": "x/y+z"},
+        {"x-amz-copy-source": "/bucket/ds/staged%20a.tar"},
+    ),
 ]
 
 

@@ -10,20 +10,21 @@ names from URLs are checked before any path is built (see `summary`).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ..configs import datasets_folder
-from ...errors import InputError
 from ...dataset.layout import Dataset, Version
 from ...dataset.random_access import VersionSamples
+from ...errors import InputError, NotFound
 from ...format.manifest import Manifest
-from . import pages, preview as previews, sources, summary
-from ...errors import NotFound
+from ..configs import datasets_folder
+from . import pages, sources, summary
+from . import preview as previews
 
 DEFAULT_PREVIEW = 16
 
@@ -31,9 +32,7 @@ DEFAULT_PREVIEW = 16
 _BEARER = HTTPBearer(auto_error=False)
 
 
-async def airflow_user(
-    request: Request, bearer: HTTPAuthorizationCredentials | None = Depends(_BEARER)
-) -> Any:
+async def airflow_user(request: Request, bearer: HTTPAuthorizationCredentials | None = Depends(_BEARER)) -> Any:
     """The logged-in user, by Airflow's own `get_user` (the UI's `_token` cookie or a Bearer token,
     checked by the api-server's auth manager): 401 without one. Imported per request, so loading the
     plugin (scheduler, workers) does not import the api-server's security module; fails closed
@@ -78,7 +77,9 @@ def _call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     except HTTPException:
         raise
     except Exception as error:  # noqa: BLE001 - an unreachable or unreadable root: a page saying so, not a 500
-        raise HTTPException(status_code=502, detail=f"could not read the dataset: {type(error).__name__}: {error}") from None
+        raise HTTPException(
+            status_code=502, detail=f"could not read the dataset: {type(error).__name__}: {error}"
+        ) from None
 
 
 def _overview(folder: str | Path | None) -> list[dict]:
@@ -116,9 +117,15 @@ def _preview(
         result = previews.first_samples(version, shards, n)
     else:
         raise InputError(f"mode {mode!r} must be first, random or key")
-    return {"version": version.id, "shard": shard, "mode": mode, "seed": seed if mode == "random" else None,
-            "key": key if mode == "key" else None, "indexed": indexed is not None and shard is None and mode != "first",
-            **result.to_dict()}
+    return {
+        "version": version.id,
+        "shard": shard,
+        "mode": mode,
+        "seed": seed if mode == "random" else None,
+        "key": key if mode == "key" else None,
+        "indexed": indexed is not None and shard is None and mode != "first",
+        **result.to_dict(),
+    }
 
 
 def create_app(folder: str | Path | None = None, user_dependency: Callable[..., Any] | None = None) -> FastAPI:
@@ -168,8 +175,13 @@ def create_app(folder: str | Path | None = None, user_dependency: Callable[..., 
 
     @app.get("/api/datasets/{name}/versions/{version}/preview")
     def api_preview(
-        name: str, version: str, n: int = Query(DEFAULT_PREVIEW, ge=1, le=previews.MAX_SAMPLES),
-        mode: str = "first", seed: int = 0, shard: str | None = None, key: str | None = None,
+        name: str,
+        version: str,
+        n: int = Query(DEFAULT_PREVIEW, ge=1, le=previews.MAX_SAMPLES),
+        mode: str = "first",
+        seed: int = 0,
+        shard: str | None = None,
+        key: str | None = None,
     ) -> dict:
         config = _dataset(name, folder)
 
@@ -207,8 +219,14 @@ def create_app(folder: str | Path | None = None, user_dependency: Callable[..., 
 
     @app.get("/datasets/{name}/versions/{version}", response_class=HTMLResponse)
     def page_version(
-        request: Request, name: str, version: str, n: int = Query(DEFAULT_PREVIEW, ge=1, le=previews.MAX_SAMPLES),
-        mode: str = "first", seed: int = 0, shard: str | None = None, key: str | None = None,
+        request: Request,
+        name: str,
+        version: str,
+        n: int = Query(DEFAULT_PREVIEW, ge=1, le=previews.MAX_SAMPLES),
+        mode: str = "first",
+        seed: int = 0,
+        shard: str | None = None,
+        key: str | None = None,
     ) -> str:
         config = _dataset(name, folder)
         detail, manifest = _call(summary.version_detail_and_manifest, config.root, version)
@@ -225,8 +243,19 @@ def create_app(folder: str | Path | None = None, user_dependency: Callable[..., 
         api = f"{base(request)}/api/datasets/{name}/versions/{detail['version']}"
         record_json = json.dumps(detail["publish_record"], indent=1) if detail["publish_record"] else ""
         return pages.render(
-            "version", base=base(request), api=api, name=name, v=detail, preview=preview,
-            preview_error=preview_error, n=n, mode=mode, seed=seed, shard=shard, key=key, record_json=record_json,
+            "version",
+            base=base(request),
+            api=api,
+            name=name,
+            v=detail,
+            preview=preview,
+            preview_error=preview_error,
+            n=n,
+            mode=mode,
+            seed=seed,
+            shard=shard,
+            key=key,
+            record_json=record_json,
         )
 
     return app

@@ -104,7 +104,9 @@ Fields: {% for f in v.fields %}<code>{{ f.name }}</code> ({{ f.type }}){% if not
 _ERROR = """{% extends "base" %}{% block body %}<h1>{{ title }}</h1><p class="error">{{ message }}</p>{% endblock %}"""
 
 _ENV = Environment(
-    loader=DictLoader({"base": _BASE, "datasets": _DATASETS, "versions": _VERSIONS, "version": _VERSION, "error": _ERROR}),
+    loader=DictLoader(
+        {"base": _BASE, "datasets": _DATASETS, "versions": _VERSIONS, "version": _VERSION, "error": _ERROR}
+    ),
     autoescape=select_autoescape(default=True, default_for_string=True),
 )
 _ENV.globals["size"] = format_size

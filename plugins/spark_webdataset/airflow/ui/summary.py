@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import datetime
 
-from ...errors import NotFound
-from ...format.manifest import Manifest
-from ...format.names import key_error
 from ...dataset.catalog import UNREADABLE, RootListing
 from ...dataset.layout import Dataset, Version
 from ...dataset.ordering import iso_utc
 from ...dataset.paths import check_shard_location, check_version_id
 from ...dataset.tree import PUBLISHED_DIR
+from ...errors import NotFound
+from ...format.manifest import Manifest
+from ...format.names import key_error
 
 
 def key_range_problem(first_key: object, last_key: object) -> str | None:
@@ -43,9 +43,9 @@ def dataset_summary(root: str) -> dict:
         "latest": dataset.read_latest(),
         "versions": len(dataset.version_ids()),
         "published": len(published),
-        "last_published_at": None if newest is None else iso_utc(
-            datetime.datetime.fromtimestamp(newest, datetime.timezone.utc).replace(microsecond=0)
-        ),
+        "last_published_at": None
+        if newest is None
+        else iso_utc(datetime.datetime.fromtimestamp(newest, datetime.timezone.utc).replace(microsecond=0)),
     }
 
 

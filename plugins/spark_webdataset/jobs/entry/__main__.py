@@ -1,7 +1,7 @@
 """Entry points of the installed package for a shell: no checkout needed.
 
-    spark-submit "$(python -m spark_webdataset.jobs.entry build_webdataset.py)" --source ... --output ...
-    python -m spark_webdataset.jobs.entry --pyfiles dist/spark_webdataset.zip   # for spark.py_files
+spark-submit "$(python -m spark_webdataset.jobs.entry build_webdataset.py)" --source ... --output ...
+python -m spark_webdataset.jobs.entry --pyfiles dist/spark_webdataset.zip   # for spark.py_files
 """
 
 import argparse
