@@ -100,6 +100,7 @@ class Counter:
 
     def install(self) -> None:
         from requests.adapters import HTTPAdapter
+
         from spark_webdataset.storage.gcs import GCSStorage
         from spark_webdataset.storage.local import LocalStorage
 

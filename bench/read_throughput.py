@@ -252,6 +252,7 @@ def gcs_case(spark: Any, name: str, data: dict[str, Any]) -> Case:
 def direct_case(args: argparse.Namespace, name: str, data: dict[str, Any]) -> dict[str, Any]:
     """WebDatasetReader.read on the first shard, no Spark: all columns, keys only; then profiled."""
     from pyspark.sql.types import StructType
+
     from spark_webdataset.spark.options import ReadOptions
     from spark_webdataset.spark.reader import ShardPartition, WebDatasetReader, default_schema
 

@@ -23,6 +23,7 @@ import time
 
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
 from spark_webdataset.format.encode import encode_column
 from spark_webdataset.format.manifest import Manifest, ShardEntry
 from spark_webdataset.format.shard_writer import ShardWriter

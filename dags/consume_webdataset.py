@@ -21,6 +21,7 @@ import datetime
 
 import pendulum
 from airflow.sdk import DAG, AssetAny, task
+
 from spark_webdataset.airflow.dags import build_dags
 
 assets = list(build_dags().assets.values())

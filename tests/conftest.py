@@ -70,8 +70,9 @@ def airflow_db() -> str:
 @pytest.fixture(scope="session")
 def spark(gcs_emulator):
     """Started after the emulator: Spark's Python workers inherit STORAGE_EMULATOR_HOST from the JVM."""
-    import spark_webdataset
     from pyspark.sql import SparkSession
+
+    import spark_webdataset
 
     session = (
         SparkSession.builder.master("local[2,2]")

@@ -48,7 +48,8 @@ def _validate(args: argparse.Namespace) -> int:
 def _publish(args: argparse.Namespace) -> int:
     from .dataset.publish import publish
 
-    result = publish(args.root, args.version, logical_date=args.logical_date, allow_empty=args.allow_empty)
+    waits = {} if args.lock_wait is None else {"lock_wait_seconds": args.lock_wait}
+    result = publish(args.root, args.version, logical_date=args.logical_date, allow_empty=args.allow_empty, **waits)
     state = "already published (no-op)" if result.already_published else "published"
     _report(args, result.as_dict(),
         f"{state}: {result.version} ({result.shards} shards, {result.samples} samples, {result.bytes} bytes); "
@@ -247,6 +248,12 @@ def parser() -> argparse.ArgumentParser:
         help="ISO-8601 date the version is of (orders LATEST); default: a timestamp in the id, else now",
     )
     publish.add_argument("--allow-empty", action="store_true", help="publish a version that holds no samples")
+    publish.add_argument(
+        "--lock-wait",
+        type=_duration,
+        metavar="AGE",
+        help="wait at most this long for a commit that holds the version's lock, then exit 3 (default 15m)",
+    )
     publish.add_argument("--json", action="store_true", help=_JSON)
     publish.set_defaults(run=_publish)
 

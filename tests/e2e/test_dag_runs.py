@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.catalog import describe
 from spark_webdataset.dataset.publish import PublishRefused, publish, read_latest
 from spark_webdataset.dataset.validate import validate_version
-
 from tests.support import REPO
 from tests.support.dataset_dags import dagbag_of, dataset_dag, write_config
 

@@ -12,7 +12,6 @@ def test_dag_run_to_gcs(bucket, digits_source, airflow_db, tmp_path, monkeypatch
     import datetime
 
     from spark_webdataset.dataset.catalog import describe
-
     from tests.support.dataset_dags import dataset_dag, write_config
 
     root = f"{bucket}/digits"

@@ -12,10 +12,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 import spark_webdataset
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.format.manifest import Manifest
-
 from tests.support.dataset_dags import dataset_dag, write_config
 
 pytestmark = pytest.mark.slow

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from spark_webdataset.dataset.publish import read_latest
 
+from spark_webdataset.dataset.publish import read_latest
 from tests.support import REPO
 
 NAME = "wheel_digits"  # an Asset name no other test uses: two roots under one name make Airflow drop events
@@ -111,6 +111,7 @@ def run_python(python: Path, args: list[str], env: dict[str, str], cwd: Path) ->
 @pytest.mark.slow
 def test_the_wheel_alone_runs_a_dataset_dag_to_a_published_version(airflow_db, digits_source, tmp_path) -> None:
     import wids
+
     from spark_webdataset.airflow.consumer import read_published
 
     wheel = build_wheel(tmp_path)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.layout import Version
 from spark_webdataset.dataset.staging import clean_dead_staging, live_jobs
@@ -22,7 +23,6 @@ from spark_webdataset.dataset.tree import LEASE_NAME
 from spark_webdataset.errors import NotCommitted
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.spark.writer import WebDatasetWriter
-
 from tests.support.fenced_committer import SCHEMA, commit_samples, keys
 
 HOLD_SECONDS = 60  # a bound, not a wait: the test releases the task as soon as abort() returned

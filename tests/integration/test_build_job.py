@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset.errors import VersionSealed
 from spark_webdataset.jobs.build import build, parser
-
 from tests.support.helpers import assert_version_consistent, manifest, shard_paths, spark_submit
 from tests.support.tars import tar_keys, tar_samples
 

@@ -15,13 +15,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
 import spark_webdataset
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import BadOption, ChecksumMismatch, from_spark
 from spark_webdataset.storage import storage_for
-
 from tests.support.file_opens import opened_files
 
 pytestmark = pytest.mark.slow
@@ -58,6 +58,7 @@ def _reads_of_every_reader(spark, root: str, version: str) -> dict[str, bytes]:
     version's shardindex.json; on gs:// webdataset through `pipe:spark-webdataset cat` and wids
     through the consumer's download handler, no gsutil), which must all agree."""
     import webdataset as wds
+
     from spark_webdataset.airflow.consumer import wids_for_gcs
 
     uri = f"{root}/versions/{version}"

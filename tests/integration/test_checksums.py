@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.tree import STAGED_INDEX_NAME
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import BadOption, ChecksumMismatch, from_spark
 from spark_webdataset.spark.options import WriteOptions
-
 from tests.support.helpers import crc32c_text
 
 SAMPLES = 60

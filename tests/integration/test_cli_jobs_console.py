@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.lock import CommitLock
 from spark_webdataset.errors import EXIT_BAD_INPUT, EXIT_CONFLICT, EXIT_OK
-
 from tests.support import REPO
 
 KEY = "format_string('%05d', id)"

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-import spark_webdataset
 from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+import spark_webdataset
 from spark_webdataset.dataset.layout import Dataset, Version
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import ConcurrentCommit, FieldMismatch
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.spark.writer import WebDatasetWriter
-
 from tests.support.fenced_committer import SCHEMA, commit_samples, keys
 
 KEYS = StructType([StructField("__key__", StringType())])

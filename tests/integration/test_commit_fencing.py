@@ -20,13 +20,13 @@ import time
 import uuid
 
 import pytest
+
 from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.layout import Dataset, Version
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import LostCommitLock, NotCommitted, VersionSealed
 from spark_webdataset.format.manifest import Manifest, ShardEntry
-
 from tests.support import SUPPORT
 from tests.support.fenced_committer import commit_samples, keys
 

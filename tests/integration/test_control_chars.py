@@ -16,13 +16,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import InvalidField, InvalidKey
 from spark_webdataset.format.checksums import Digests
 from spark_webdataset.format.verify import check_shard, verify_shard
-
 from tests.support.helpers import raised
 from tests.support.tars import version_with
 

@@ -108,6 +108,7 @@ def _publish_images(spark, root: str, version: str) -> None:
 @pytest.fixture(scope="module")
 def world(spark, gcs_emulator, tmp_path_factory) -> World:
     import pyspark.sql.functions as F
+
     import spark_webdataset
     from spark_webdataset.jobs.demo import write_digits_source
 

@@ -10,7 +10,6 @@ from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.retention import PROOF_FILES, RetentionPolicy, collect
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.storage import storage_for
-
 from tests.support.chains import build_chain, commit_version, publish_version
 
 

@@ -8,10 +8,10 @@ import signal
 import time
 
 import pytest
+
 from spark_webdataset import fault_points as faults
 from spark_webdataset.airflow.pipeline import publish_step, validate_step
 from spark_webdataset.storage import storage_for
-
 from tests.support.fault_proxy import FaultPlan, FaultProxy, FaultRule, gcs_through, use_gcs_endpoint
 from tests.support.helpers import failed_task_attempts, spark_submit
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import urllib.parse
 
 import pytest
+
 from spark_webdataset.dataset.publish import publish, read_latest
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.format.manifest import Manifest
 from spark_webdataset.storage import storage_for
-
 from tests.support.helpers import crc32c_text, publish_race
 
 pytestmark = pytest.mark.slow

@@ -5,12 +5,12 @@ from __future__ import annotations
 import multiprocessing
 
 import pytest
+
 from spark_webdataset.errors import (
     StorageError,
 )
 from spark_webdataset.storage import storage_for
 from spark_webdataset.storage.base import PreconditionFailed
-
 from tests.support.fault_proxy import FaultPlan, FaultRule, gcs_through
 
 # A create (ifGenerationMatch=0) of a publish record, an update (ifGenerationMatch=<generation>) of
@@ -113,6 +113,7 @@ def test_gcs_rename_refuses_a_copy_whose_crc32c_differs(bucket, monkeypatch) -> 
     # rename checks) reports another crc32c. Everything else (upload, rewrite, reload, delete) is real
     # traffic to the emulator.
     from google.cloud.storage import Blob
+
     from spark_webdataset.storage import storage_for
 
     storage = storage_for(bucket)

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-from spark_webdataset.errors import BadPaxRecord, MemberSizeError, TarFormatError, from_spark
 
+from spark_webdataset.errors import BadPaxRecord, MemberSizeError, TarFormatError, from_spark
 from tests.support.tars import END, HUGE, bogus_pax_length, huge_base256, member, pax_size_past_the_end, version_with
 
 # -- the malformed inputs ----------------------------------------------------------------------

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset.spark.options import ReadOptions
 from spark_webdataset.spark.reader import WebDatasetReader
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 import spark_webdataset
 from spark_webdataset.errors import ChecksumMismatch, CorruptIndex, SampleMismatch, from_spark
-
 from tests.support.webdataset_ui_data import commit_table
 from tests.unit.format.test_sample_index_damage import index_path, rewrite_rows, set_row
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 import spark_webdataset
 from spark_webdataset.dataset.catalog import describe, format_description
 from spark_webdataset.dataset.layout import Dataset
@@ -169,7 +170,6 @@ def test_the_view_shows_the_parent_and_previews_referenced_shards(spark, tmp_pat
         from fastapi.testclient import TestClient
 
     from spark_webdataset.airflow.ui.app import create_app
-
     from tests.support.webdataset_ui_data import write_digits_config
 
     root = tmp_path / "data"

@@ -14,13 +14,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 import spark_webdataset
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.retention import RetentionPolicy, collect
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import InputError, InvalidVersionId, NestedDatasetRoot
-
 from tests.support.helpers import raised, snapshot_files, write
 
 pytestmark = pytest.mark.slow

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.errors import VersionSealed
-
 from tests.support.fenced_committer import published
 
 

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 import spark_webdataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import SampleMismatch
 from spark_webdataset.format.sample_index import read_index, write_index
 from spark_webdataset.storage import storage_for
-
 from tests.support.helpers import manifest, run_cli
 from tests.support.streaming_driver import stream
 from tests.support.tars import tar_samples

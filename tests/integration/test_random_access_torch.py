@@ -19,9 +19,10 @@ import os
 import re
 
 import pytest
-import spark_webdataset
 import torch
 from torch.utils.data import DataLoader, get_worker_info
+
+import spark_webdataset
 
 pytestmark = pytest.mark.slow
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 import spark_webdataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import ChecksumMismatch, CorruptIndex, SampleMismatch, from_spark
-
 from tests.support.webdataset_ui_data import commit_table
 
 SAMPLES = 300

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset.errors import ManifestChanged, from_spark
 from spark_webdataset.format import ustar
-
 from tests.support.tars import member
 
 

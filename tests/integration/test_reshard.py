@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.errors import (
     InputError,
 )
 from spark_webdataset.jobs.reshard import parser, reshard
-
 from tests.support.helpers import assert_version_consistent, shard_paths, text_v1
 from tests.support.tars import tar_keys, tar_samples
 

@@ -9,10 +9,10 @@ import re
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset.airflow.configs import load_folder
 from spark_webdataset.dataset.paths import ROOT_RULE, check_dataset_root
 from spark_webdataset.errors import NestedDatasetRoot, from_spark
-
 from tests.support.dataset_dags import DAY, write_config
 from tests.support.helpers import snapshot_files
 

@@ -7,11 +7,11 @@ import threading
 import time
 
 import pytest
+
 from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.tree import STAGED_INDEX_NAME
 from spark_webdataset.errors import ChecksumMismatch, from_spark
 from spark_webdataset.storage import storage_for
-
 from tests.integration.test_checksums import write
 
 pytestmark = pytest.mark.slow

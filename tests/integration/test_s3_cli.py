@@ -11,7 +11,6 @@ import tarfile
 
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.storage import storage_for
-
 from tests.support.fenced_committer import commit_samples
 from tests.support.helpers import run_cli
 

@@ -9,11 +9,11 @@ import signal
 import time
 
 import pytest
+
 from spark_webdataset import fault_points as faults
 from spark_webdataset.airflow.pipeline import publish_step, validate_step
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.storage import storage_for
-
 from tests.integration.test_gcs_faults import job_args
 from tests.support.helpers import spark_submit
 

@@ -4,12 +4,12 @@ publishers, publish, and reads back through the data source and random access.""
 from __future__ import annotations
 
 import pytest
+
 import spark_webdataset
 from spark_webdataset.dataset.publish import publish, read_latest
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.format.manifest import Manifest
 from spark_webdataset.storage import storage_for
-
 from tests.support.helpers import crc32c_text, publish_race
 
 pytestmark = pytest.mark.slow

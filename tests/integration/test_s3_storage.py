@@ -6,6 +6,7 @@ from __future__ import annotations
 import tracemalloc
 
 import pytest
+
 from spark_webdataset.errors import MissingCredentials, StorageError, UnsupportedScheme
 from spark_webdataset.format.checksums import crc32c_extend, crc32c_text
 from spark_webdataset.storage import s3 as s3_module

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset import fault_points as faults
 from spark_webdataset.errors import DuplicateKey, from_spark
-
 from tests.support.helpers import (
     assert_version_consistent,
     failed_task_attempts,

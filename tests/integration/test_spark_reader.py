@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
+
 from spark_webdataset.errors import (
     BadOption,
     InputError,
     from_spark,
 )
-
 from tests.support.helpers import run_python
 from tests.support.tars import write_tar
 

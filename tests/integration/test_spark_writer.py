@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
 from spark_webdataset.errors import (
     FieldMismatch,
     from_spark,
 )
-
 from tests.support.helpers import TEXT_MTIME, assert_version_consistent, manifest, shard_paths, text_v1
 
 pytestmark = pytest.mark.slow

@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from spark_webdataset.errors import StorageError
 from spark_webdataset.storage import storage_for
-
 from tests.support.helpers import crc32c_text
 
 
@@ -52,6 +52,7 @@ def test_gcs_newest_modification_is_recursive_and_empty_dirs_are_nothing(bucket:
 def test_gcs_conditional_writes_into_a_missing_bucket_raise_not_a_precondition(gcs_emulator) -> None:
     """Only a 412 means 'someone else wrote it'; any other failure must surface, not read as lost races."""
     from google.api_core import exceptions
+
     from spark_webdataset.errors import PreconditionFailed
 
     storage = storage_for("gs://no-such-bucket-here")

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset import fault_points as faults
 from spark_webdataset.errors import BadOption, DuplicateKey, InvalidKey, from_spark
-
 from tests.support import SUPPORT
 from tests.support.helpers import assert_version_consistent, manifest
 from tests.support.streaming_driver import SCHEMA, stream

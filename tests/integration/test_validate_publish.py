@@ -10,11 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset.cli import main as cli
 from spark_webdataset.dataset.publish import PublishRefused, publish, read_latest, shard_index
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.jobs.validate_spark import spark_check
-
 from tests.support.helpers import publish_race, run_cli, shard_paths, text_v1
 from tests.support.tars import tar_samples
 

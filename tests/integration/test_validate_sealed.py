@@ -10,7 +10,6 @@ from pathlib import Path
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.jobs.validate_spark import spark_check
-
 from tests.support.chains import build_chain, commit_version
 
 

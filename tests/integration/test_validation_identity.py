@@ -14,10 +14,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.storage import storage_for
-
 from tests.support.chains import build_chain, commit_version
 
 

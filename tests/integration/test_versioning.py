@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.layout import Dataset, Version
 from spark_webdataset.dataset.publish import publish
@@ -32,7 +33,6 @@ from spark_webdataset.errors import (
     VersionSealed,
 )
 from spark_webdataset.spark.reader import resolve
-
 from tests.support.helpers import raised, write
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,6 @@ with warnings.catch_warnings():
 
 from spark_webdataset.airflow.ui import preview as previews
 from spark_webdataset.airflow.ui.app import create_app
-
 from tests.support.webdataset_ui_data import digits_table, published_digits, write_digits_config
 
 

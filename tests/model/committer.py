@@ -17,6 +17,7 @@ import sys
 
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
 from spark_webdataset.errors import WebDatasetError
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.spark.writer import WebDatasetWriter

@@ -21,12 +21,12 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
+
 from spark_webdataset.airflow.configs import DatasetConfig, load_config
 from spark_webdataset.airflow.pipeline import plan_run, render_source
 from spark_webdataset.dataset.build_rules import CHANGES, ORDERS
 from spark_webdataset.errors import DatasetConfigError, WebDatasetError
 from spark_webdataset.format.names import control_error, field_error
-
 from tests.model.fuzzing import fuzz_settings
 
 FUZZ = fuzz_settings(200)

@@ -33,16 +33,16 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-import spark_webdataset
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType  # imported before memory is measured
+
+import spark_webdataset
 from spark_webdataset import cli
 from spark_webdataset.errors import EXIT_BAD_INPUT, EXIT_FAILED, WebDatasetError
 from spark_webdataset.format.sample_index import INDEX_SCHEMA, read_index, write_index
 from spark_webdataset.spark.options import KeyRange, ReadOptions
 from spark_webdataset.spark.reader import ShardPartition, WebDatasetReader
-
 from tests.model.fuzzing import fuzz_settings
 from tests.support.webdataset_ui_data import commit_table
 

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import wids.wids
 from hypothesis import given
 from hypothesis import strategies as st
+
 from spark_webdataset.errors import InvalidField, InvalidKey, InvalidMemberName, WebDatasetError
 from spark_webdataset.format.fast_read import read_sample_batches
 from spark_webdataset.format.fast_verify import scan_shard
@@ -37,7 +38,6 @@ from spark_webdataset.format.names import (
 )
 from spark_webdataset.format.sample_reader import iter_samples
 from spark_webdataset.format.shard_writer import ShardWriter
-
 from tests.model.fuzzing import fuzz_settings
 
 FUZZ = fuzz_settings(200)

@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
+
 from spark_webdataset import cli
 from spark_webdataset.dataset.layout import Dataset, Version
 from spark_webdataset.dataset.paths import check_dataset_root, check_version_id
 from spark_webdataset.errors import InvalidVersionId, WebDatasetError
-
 from tests.model.fuzzing import fuzz_settings
 from tests.support.fenced_committer import commit_samples, published
 from tests.support.helpers import snapshot_files

@@ -20,6 +20,7 @@ import tracemalloc
 import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
+
 from spark_webdataset.errors import TarFormatError, WebDatasetError
 from spark_webdataset.format.fast_read import read_sample_batches
 from spark_webdataset.format.fast_verify import scan_shard
@@ -27,7 +28,6 @@ from spark_webdataset.format.names import control_error, key_error
 from spark_webdataset.format.sample_reader import iter_samples
 from spark_webdataset.format.shard_writer import ShardWriter
 from spark_webdataset.format.verify import check_shard
-
 from tests.model.fuzzing import fuzz_settings
 from tests.support.tars import (
     END,

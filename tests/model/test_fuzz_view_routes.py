@@ -30,7 +30,6 @@ with warnings.catch_warnings():
 
 from spark_webdataset.airflow.ui.app import create_app
 from spark_webdataset.dataset.validate import validate_version
-
 from tests.support.webdataset_ui_data import commit_table, digits_table, published_digits, write_digits_config
 
 FUZZ = fuzz_settings(200)

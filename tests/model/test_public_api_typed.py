@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-import spark_webdataset
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import spark_webdataset
 from spark_webdataset.cli import main as cli_main
 from spark_webdataset.errors import WebDatasetError
-
 from tests.model import committer
 
 ESCAPES: list[str] = []  # every untyped escape seen in this module's runs: "call: Type: message"

@@ -14,9 +14,10 @@ import sys
 
 
 def main(output: str) -> None:
-    import spark_webdataset
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
+
+    import spark_webdataset
 
     spark = SparkSession.builder.getOrCreate()  # SPARK_REMOTE: a Connect session
     assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)

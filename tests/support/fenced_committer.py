@@ -14,6 +14,7 @@ import sys
 
 import pyarrow as pa
 from pyspark.sql.types import StringType, StructField, StructType
+
 from spark_webdataset.errors import WebDatasetError
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.spark.writer import WebDatasetWriter

@@ -277,6 +277,7 @@ def write(df, uri: str, mode: str = "overwrite", **options) -> None:
 def raised(call) -> Exception:
     """The typed error of ours behind whatever `call` raised (Spark wraps driver and task errors)."""
     import pytest
+
     from spark_webdataset.errors import from_spark
 
     with pytest.raises(Exception) as failure:

@@ -29,8 +29,9 @@ def stream(spark, source: str, version: str, checkpoint: str, options: dict[str,
 
 
 def main(argv: list[str]) -> None:
-    import spark_webdataset
     from pyspark.sql import SparkSession
+
+    import spark_webdataset
 
     source, version, checkpoint, options = argv
     spark = (

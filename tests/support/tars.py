@@ -11,6 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset.errors import TarFormatError
 from spark_webdataset.format import ustar
 from spark_webdataset.format.fast_read import read_sample_batches

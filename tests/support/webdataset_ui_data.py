@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.tree import WRITER_MARK, WRITER_MARK_NAME, sample_index_path, shard_name
@@ -19,7 +20,6 @@ from spark_webdataset.format.keys import sort_run
 from spark_webdataset.format.manifest import Manifest, ShardEntry
 from spark_webdataset.format.sample_index import TASK_SCHEMA, concat_rows, named_rows, write_index
 from spark_webdataset.format.shard_writer import ShardWriter
-
 from tests.support.dataset_dags import write_config
 
 DIGITS_FIELDS = [("png", "image", "binary"), ("cls", "label", "bigint"), ("json", "meta", "struct")]

@@ -1,8 +1,8 @@
 """The CLI behaves like the Unix tools users know: `--version`, `--help` on every command, `--json` on
 every command that answers (the shapes docs/cli.md documents), quiet on a closed pipe
 (`spark-webdataset inspect ROOT | head -1`), and the exit codes of docs/cli.md's one table, each
-provoked for real (3, a conflict, needs a commit lock taken over: the build job's, in
-tests/integration/test_cli_jobs_console.py; the CLI's publish and validate wait for a held lock)."""
+provoked for real (3, a conflict: publish with `--lock-wait` while a commit holds the version's
+lock; the build job's 3, its lock taken over, is in tests/integration/test_cli_jobs_console.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from pathlib import Path
 
 from spark_webdataset import errors
 from spark_webdataset.cli import parser
-
 from tests.support import REPO
 from tests.support.helpers import run_cli
 from tests.support.webdataset_ui_data import commit_table, digits_table, published_digits, write_digits_config
@@ -194,6 +193,16 @@ def test_each_exit_code_for_real(tmp_path: Path) -> None:
         if code:
             assert result.stderr.startswith(f"spark-webdataset {args[0]}: error: "), result.stderr
             assert result.stderr.count("\n") == 1, result.stderr
+    from spark_webdataset.dataset.layout import Dataset
+    from spark_webdataset.dataset.lock import CommitLock
+
+    with CommitLock(Dataset(str(root)).version(SECOND), "a-running-commit"):
+        held = run_cli("publish", str(root), SECOND, "--lock-wait", "1s")
+    assert held.returncode == errors.EXIT_CONFLICT, (held.returncode, held.stderr)
+    assert held.stderr.startswith("spark-webdataset publish: error: ") and "a-running-commit" in held.stderr, (
+        held.stderr
+    )
+    assert held.stderr.count("\n") == 1 and "Traceback" not in held.stderr, held.stderr
     absent = run_cli("get", str(root), "nope")  # the answer is no, as grep's
     assert absent.returncode == errors.EXIT_FAILED and absent.stderr.startswith(
         "spark-webdataset get: error: no sample"

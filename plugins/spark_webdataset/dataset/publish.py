@@ -21,7 +21,7 @@ from .. import fault_points
 from ..errors import NotCommitted, PreconditionFailed, PublishRefused
 from ..format.manifest import Manifest, ShardEntry
 from .layout import Dataset, Version
-from .lock import DEFAULT_LEASE_SECONDS, CommitLock
+from .lock import DEFAULT_LEASE_SECONDS, DEFAULT_WAIT_SECONDS, CommitLock
 from .ordering import iso_utc, parse_logical_date, record_order, timestamp_in_id
 from .paths import check_dataset_root
 from .staging import clean_dead_staging
@@ -84,8 +84,10 @@ def publish(
     logical_date: str | datetime.datetime | None = None,
     allow_empty: bool = False,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    lock_wait_seconds: float = DEFAULT_WAIT_SECONDS,
 ) -> PublishResult:
-    """Seal, index and publish `ROOT/versions/VERSION`; a no-op if published with this manifest."""
+    """Seal, index and publish `ROOT/versions/VERSION`; a no-op if published with this manifest.
+    ConcurrentCommit (exit 3) when a commit holds the version's lock longer than `lock_wait_seconds`."""
     check_dataset_root(root)  # never a root inside another dataset or a version: NestedDatasetRoot
     dataset = Dataset(root)
     target = dataset.version(version)  # refuses ids outside the rule
@@ -94,7 +96,8 @@ def publish(
     if existing is not None:
         return _republish(dataset, target, existing, target.manifest_digest())
     _check_exists(dataset, target)  # before the lock: its object would create the version's directory
-    with CommitLock(target, f"publish-{uuid.uuid4().hex}", lease_seconds=lease_seconds) as lock:
+    owner = f"publish-{uuid.uuid4().hex}"
+    with CommitLock(target, owner, lease_seconds=lease_seconds, wait_seconds=lock_wait_seconds) as lock:
         manifest_bytes, token = target.read_manifest_bytes()
         if manifest_bytes is None:
             raise PublishRefused(f"{target.uri}: no {MANIFEST_NAME}; write the version first")

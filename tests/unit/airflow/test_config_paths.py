@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from spark_webdataset.airflow.configs import load_folder
 
+from spark_webdataset.airflow.configs import load_folder
 from tests.support.dataset_dags import write_config
 
 

@@ -6,9 +6,9 @@ import datetime
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset.airflow.configs import DatasetConfig, datasets_folder, load_config, load_folder
 from spark_webdataset.errors import DatasetConfigError, InvalidDatasetConfigs
-
 from tests.support import REPO
 from tests.support.dataset_dags import write_config
 

@@ -9,11 +9,11 @@ import re
 import time
 
 import pytest
+
 from spark_webdataset.airflow import pipeline
 from spark_webdataset.airflow.configs import DatasetConfig, RetentionSettings, load_config
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.errors import DatasetConfigError, PipelineError
-
 from tests.support.chains import build_chain, commit_version, publish_version
 from tests.support.dataset_dags import write_config
 

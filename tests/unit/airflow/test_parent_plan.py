@@ -6,9 +6,9 @@ from __future__ import annotations
 import datetime
 
 import pytest
+
 from spark_webdataset.airflow import pipeline
 from spark_webdataset.airflow.configs import BuildSettings
-
 from tests.support.webdataset_ui_data import digits_table, published_digits
 
 

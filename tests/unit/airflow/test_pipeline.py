@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 
 import pytest
+
 from spark_webdataset.airflow import pipeline
 from spark_webdataset.errors import PipelineError
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import datetime
 
 import pytest
+
 from spark_webdataset.airflow.configs import load_config, load_folder
 from spark_webdataset.dataset.paths import ROOT_RULE
-
 from tests.support import DAGS
 from tests.support.dataset_dags import dagbag_of, write_config
 

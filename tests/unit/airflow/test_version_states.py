@@ -28,7 +28,6 @@ from spark_webdataset.dataset.tree import (
     WRITER_MARK_NAME,
 )
 from spark_webdataset.dataset.validate import validate_version
-
 from tests.support.webdataset_ui_data import commit_table, digits_table, published_digits, write_digits_config
 
 # version id -> the state it is in

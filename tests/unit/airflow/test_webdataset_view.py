@@ -17,11 +17,11 @@ with warnings.catch_warnings():
     from fastapi.testclient import TestClient
 
 from PIL import Image
+
 from spark_webdataset.airflow.ui import preview as previews
 from spark_webdataset.airflow.ui.app import airflow_user, create_app
 from spark_webdataset.dataset.paths import check_shard_name
 from spark_webdataset.dataset.validate import validate_version
-
 from tests.support.webdataset_ui_data import commit_table, digits_table, published_digits, write_digits_config
 
 

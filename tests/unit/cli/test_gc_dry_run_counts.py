@@ -17,7 +17,6 @@ from spark_webdataset.dataset.tree import (
     WRITER_MARK,
     WRITER_MARK_NAME,
 )
-
 from tests.support.chains import commit_version, publish_version
 from tests.support.helpers import run_cli
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 
 import pytest
+
 from spark_webdataset.dataset import build_rules
 from spark_webdataset.dataset.build_rules import (
     APPEND,

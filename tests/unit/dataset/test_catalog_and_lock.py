@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 from spark_webdataset.airflow.consumer import read_published
 from spark_webdataset.cli import main as cli
 from spark_webdataset.dataset.catalog import describe, format_description

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 import spark_webdataset
 from spark_webdataset.dataset import changes
 from spark_webdataset.dataset.changes import DELETE, _runs
@@ -18,7 +19,6 @@ from spark_webdataset.dataset.commit import CommitRequest, commit_job
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.format.sample_index import task_rows, write_task_run
-
 from tests.support.webdataset_ui_data import DIGITS_FIELDS, commit_table, digits_table
 
 

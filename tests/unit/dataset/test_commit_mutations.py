@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-import spark_webdataset
 from pyspark.sql.types import StringType, StructField, StructType
+
+import spark_webdataset
 from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.journal import Journal, digest, roll_forward
 from spark_webdataset.dataset.layout import Dataset, Version
@@ -23,7 +24,6 @@ from spark_webdataset.errors import ConcurrentCommit, LostCommitLock
 from spark_webdataset.format.manifest import Manifest, ShardEntry
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.spark.writer import WebDatasetWriter
-
 from tests.support.fenced_committer import SCHEMA, commit_samples, keys
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
 from spark_webdataset.dataset.commit import commit_job
 from spark_webdataset.dataset.journal import journal_job, roll_forward
 from spark_webdataset.dataset.layout import Version
@@ -22,7 +23,6 @@ from spark_webdataset.format.shard_writer import ShardInfo
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.spark.writer import WebDatasetCommitMessage, WebDatasetWriter
 from spark_webdataset.storage.local import LocalStorage
-
 from tests.support.helpers import crc32c_text
 
 SHARDS = 200

@@ -10,6 +10,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset.dataset.journal import Journal, journal_job, roll_forward
 from spark_webdataset.dataset.layout import Version
 from spark_webdataset.dataset.lock import CommitLock

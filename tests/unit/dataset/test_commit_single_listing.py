@@ -15,9 +15,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset.dataset.layout import Version
 from spark_webdataset.storage.local import LocalStorage
-
 from tests.support.fenced_committer import commit_samples
 
 

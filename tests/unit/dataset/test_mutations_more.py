@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 import spark_webdataset
 from spark_webdataset.dataset.layout import Dataset, Version
 from spark_webdataset.dataset.paths import MAX_NAME_BYTES
@@ -20,7 +21,6 @@ from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import InputError, InvalidVersionId
 from spark_webdataset.format.verify import MAX_ERRORS_PER_SHARD
 from spark_webdataset.storage import LocalStorage
-
 from tests.support.fenced_committer import commit_samples, keys
 from tests.support.webdataset_ui_data import commit_table
 

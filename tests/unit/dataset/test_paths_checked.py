@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 import spark_webdataset
 from spark_webdataset import cli
 from spark_webdataset.dataset.layout import Dataset, Version
@@ -34,7 +35,6 @@ from spark_webdataset.errors import (
 )
 from spark_webdataset.spark.options import WriteOptions
 from spark_webdataset.spark.writer import WebDatasetWriter
-
 from tests.support.fenced_committer import SCHEMA, commit_samples, published
 from tests.support.helpers import snapshot_files
 

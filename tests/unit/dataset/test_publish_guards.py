@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset import cli
 from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.commit import StreamBatch
@@ -18,7 +19,6 @@ from spark_webdataset.dataset.publish import advance_latest, publish
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import PublishRefused
 from spark_webdataset.format.manifest import Manifest
-
 from tests.support.fenced_committer import commit_samples, published
 
 

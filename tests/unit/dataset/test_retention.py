@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 import spark_webdataset
 from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.build_rules import parse_duration
@@ -35,7 +36,6 @@ from spark_webdataset.dataset.tree import LEASE_NAME, WRITER_MARK, WRITER_MARK_N
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.errors import BadOption, PublishRefused, RetentionRefused
 from spark_webdataset.fault_points import InjectedFault
-
 from tests.support.chains import build_chain, commit_version, publish_version
 
 KEEP_TWO = RetentionPolicy(keep_last=2, min_age_seconds=0)

@@ -12,12 +12,12 @@ import hashlib
 from pathlib import Path
 
 import pytest
+
 import spark_webdataset
 from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.catalog import describe_root
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.retention import RetentionPolicy, collect, pin, plan
-
 from tests.support.chains import commit_version, publish_version
 
 GO_NOW = RetentionPolicy(keep_last=1, min_age_seconds=0)  # everything but LATEST, pins and live jobs may go

@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset import fault_points as faults
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import MAX_REPORTED_ERRORS, validate_version
 from spark_webdataset.errors import PipelineError
-
 from tests.support import chains
 from tests.support.chains import build_chain, commit_version
 from tests.support.helpers import run_cli

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.errors import (
     InvalidVersionId,

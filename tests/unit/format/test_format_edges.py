@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from spark_webdataset.errors import (
     BadOption,
     DuplicateKey,

@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset.errors import MemberSizeError
 from spark_webdataset.format import tar_rules, ustar
 from spark_webdataset.format.fast_read import read_sample_batches
@@ -24,7 +25,6 @@ from spark_webdataset.format.fast_verify import scan_shard
 from spark_webdataset.format.manifest import Manifest
 from spark_webdataset.format.sample_reader import iter_members, iter_samples
 from spark_webdataset.format.verify import check_shard
-
 from tests.support.tars import (
     BLOCK,
     END,
@@ -236,7 +236,6 @@ def hostile_view(tmp_path: Path):
         from fastapi.testclient import TestClient
 
     from spark_webdataset.airflow.ui.app import create_app
-
     from tests.support.webdataset_ui_data import commit_table, digits_table, write_digits_config
 
     root = tmp_path / "data" / "foreign"

@@ -18,13 +18,13 @@ from typing import BinaryIO
 
 import pyarrow as pa
 import pytest
+
 from spark_webdataset.errors import TarFormatError
 from spark_webdataset.format import ustar
 from spark_webdataset.format.encode import encode_column
 from spark_webdataset.format.fast_read import read_sample_batches
 from spark_webdataset.format.sample_reader import iter_samples
 from spark_webdataset.format.shard_writer import ShardWriter
-
 from tests.support.helpers import tar_by_tarfile
 from tests.support.tars import END, Pipe, member
 
@@ -214,6 +214,7 @@ def test_damage_and_broken_rules(case: str) -> None:
 
 def test_the_reader_names_the_shard_of_a_damaged_tar(tmp_path: Path) -> None:
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
     from spark_webdataset.spark.options import ReadOptions
     from spark_webdataset.spark.reader import ShardPartition, WebDatasetReader
 

@@ -7,6 +7,7 @@ import tarfile
 
 import pyarrow as pa
 import pytest
+
 from spark_webdataset.errors import DuplicateKey
 from spark_webdataset.format.checksums import crc32c_extend
 from spark_webdataset.format.keys import merge_blocks, sort_run

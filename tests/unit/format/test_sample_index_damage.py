@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 import spark_webdataset
 from spark_webdataset.errors import (
     EXIT_FAILED,
@@ -26,7 +27,6 @@ from spark_webdataset.errors import (
     WebDatasetError,
 )
 from spark_webdataset.format.sample_index import INDEX_SCHEMA, read_index, write_index
-
 from tests.support.helpers import run_cli
 from tests.support.webdataset_ui_data import commit_table
 
@@ -266,6 +266,7 @@ def test_errors_are_ours(version: Path) -> None:
 )
 def test_the_spark_readers_planning_names_a_garbage_manifest(version: Path, text: str) -> None:
     from pyspark.sql.types import StringType, StructField, StructType
+
     from spark_webdataset.spark.options import ReadOptions
     from spark_webdataset.spark.reader import WebDatasetReader
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 from spark_webdataset.format import ustar
 from spark_webdataset.format.encode import encode_column
 from spark_webdataset.format.sample_reader import iter_samples

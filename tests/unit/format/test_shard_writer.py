@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 from spark_webdataset.errors import TarFormatError, WebDatasetError
 from spark_webdataset.format import ustar
 from spark_webdataset.format.encode import encode_column

@@ -17,6 +17,7 @@ import google_crc32c
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from spark_webdataset.format.checksums import crc32c_prefixes, slice_crcs
 from spark_webdataset.format.encode import encode_column
 from spark_webdataset.format.sample_index import TASK_SCHEMA, concat_rows

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from spark_webdataset.format import shard_writer
 from spark_webdataset.format.encode import encode_column
 from spark_webdataset.format.shard_writer import ShardInfo, ShardWriter

@@ -18,12 +18,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset.errors import TarFormatError
 from spark_webdataset.format import ustar
 from spark_webdataset.format.fast_verify import CHUNK_BYTES, scan_shard
 from spark_webdataset.format.names import key_error
 from spark_webdataset.format.sample_reader import iter_members, iter_samples
-
 from tests.support.helpers import tar_by_tarfile
 from tests.support.tars import END, member, with_field
 

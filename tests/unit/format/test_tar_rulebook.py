@@ -16,11 +16,11 @@ import io
 
 import numpy as np
 import pytest
+
 from spark_webdataset.format import names, tar_rules, ustar
 from spark_webdataset.format.fast_read import read_sample_batches
 from spark_webdataset.format.fast_verify import scan_shard
 from spark_webdataset.format.sample_reader import iter_samples
-
 from tests.support.tars import BLOCK, END, GOOD, member, one_verdict, pax, pax_record, with_field
 
 

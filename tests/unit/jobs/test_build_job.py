@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import pytest
+
 from spark_webdataset.jobs.build import plan_partitions
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 from spark_webdataset import errors
-
 from tests.support import REPO
 
 

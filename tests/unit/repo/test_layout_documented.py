@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from spark_webdataset.dataset import tree as layout_tree
-
 from tests.support import REPO
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+
 from spark_webdataset.errors import BadOption
 from spark_webdataset.spark.options import KeyRange, ReadOptions
 

@@ -11,6 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset.dataset.layout import Version
 from spark_webdataset.dataset.tree import WRITER_MARK
 from spark_webdataset.errors import BadOption, InputError, NotCommitted, TarFormatError

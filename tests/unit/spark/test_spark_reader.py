@@ -41,6 +41,7 @@ class CountingStream(io.BufferedReader):
 def test_key_only_schema_reads_no_payload(tmp_path, monkeypatch) -> None:
     import pyarrow as pa
     from pyspark.sql.types import StringType, StructField, StructType
+
     from spark_webdataset.format.encode import encode_column
     from spark_webdataset.format.shard_writer import ShardWriter
 
@@ -82,6 +83,7 @@ def test_key_options_read_only_the_indexed_samples_in_runs_or_streamed(tmp_path,
     """The index picks the shards and the samples; adjacent ones are one ranged read, or one stream
     when the run is longer than SPAN_READ_BYTES (here made small to take that path too)."""
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
     from spark_webdataset.spark import reader as reader_module
     from spark_webdataset.storage.local import LocalStorage
 
@@ -105,6 +107,7 @@ def test_key_options_read_only_the_indexed_samples_in_runs_or_streamed(tmp_path,
 def test_samples_that_are_not_where_the_index_says_fail_the_read(tmp_path) -> None:
     import pytest
     from pyspark.sql.types import StringType, StructField, StructType
+
     from spark_webdataset.errors import ManifestChanged
     from spark_webdataset.spark.reader import KeyRange
 

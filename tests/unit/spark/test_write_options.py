@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from spark_webdataset.errors import BadOption
 from spark_webdataset.spark.options import LATEST_PARENT, WriteOptions
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
 from spark_webdataset.dataset.commit import commit_job
 from spark_webdataset.format.manifest import Manifest
 from spark_webdataset.spark.options import WriteOptions

@@ -4,6 +4,7 @@ shared credentials file's profile; a missing key is MissingCredentials naming wh
 from __future__ import annotations
 
 import pytest
+
 from spark_webdataset.errors import MissingCredentials, StorageError
 from spark_webdataset.storage.s3 import S3Client, split
 

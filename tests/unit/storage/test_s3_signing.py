@@ -9,8 +9,8 @@ import json
 import subprocess
 
 import pytest
-from spark_webdataset.storage.s3 import S3Client
 
+from spark_webdataset.storage.s3 import S3Client
 from tests.support.s3_server import moto_server_binary
 
 BOTOCORE_SIGNS = r"""

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from spark_webdataset.errors import StorageError, UnsupportedScheme
 from spark_webdataset.storage import LocalStorage, storage_for
 from spark_webdataset.storage.gcs import split
