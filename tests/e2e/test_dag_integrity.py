@@ -1,5 +1,5 @@
 """The DAG processor (a real run on the Airflow database) keeps the good datasets scheduled when one
-config is bad. Parsing without a database: tests/unit/airflow/test_dag_integrity.py.
+config is bad. Parsing without a database: tests/unit/airflow/test_dags_integrity.py.
 """
 
 from __future__ import annotations

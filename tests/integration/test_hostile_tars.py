@@ -1,6 +1,6 @@
 """Hostile tars (issue 19) through Spark's reader: the shard and the header offset in the failure,
 the same rule as the validator, skipped and counted when asked. The tars (tests/support/tars.py)
-and the parsers without Spark: tests/unit/format/test_hostile_tars.py.
+and the parsers without Spark: tests/unit/format/test_verify_hostile_tars.py.
 """
 
 from __future__ import annotations

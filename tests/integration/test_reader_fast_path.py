@@ -1,5 +1,5 @@
 """The reader's fast path through Spark: a tar it hands over to the exact parser mid-shard reads whole.
-The fast path against the exact parser without Spark: tests/unit/format/test_reader_fast_path.py.
+The fast path against the exact parser without Spark: tests/unit/format/test_fast_read_path.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The WebDataset view's app on a gs:// root (the emulator), through the same storage layer.
-The view on local roots: tests/unit/airflow/test_webdataset_view.py.
+The view on local roots: tests/unit/airflow/ui/test_summary_view.py.
 """
 
 from __future__ import annotations

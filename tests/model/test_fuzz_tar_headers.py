@@ -1,7 +1,7 @@
 """Fuzzing tar headers (issue 29's fuzzers; the rules: format/tar_rules.py).
 
 Valid tars (our writer's portable and PAX shards, tarfile's USTAR, GNU and PAX tars) and the hostile
-corpus (tests/unit/format/test_tar_rulebook.CORPUS, tests/support/tars.py) get bytes changed where
+corpus (tests/unit/format/test_tar_rules_book.CORPUS, tests/support/tars.py) get bytes changed where
 the rules look (name, size, checksum, type flag, magic, prefix, PAX records; the checksum made right
 again or not), are cut short or grown, and go to every parser of a shard: the exact parser, the
 reader's fast path (seekable and pipe), the validator's scan and `check_shard`. Each says a
@@ -40,7 +40,7 @@ from tests.support.tars import (
     pax_record,
     pax_size_past_the_end,
 )
-from tests.unit.format.test_tar_rulebook import CORPUS
+from tests.unit.format.test_tar_rules_book import CORPUS
 
 FUZZ = fuzz_settings(300)
 BLOCK = 512

@@ -1,6 +1,6 @@
 """Fuzzing the WebDataset view's HTTP routes (issue 29's fuzzers; airflow/ui/app.py).
 
-The app is served as tests/unit/airflow/test_webdataset_view.py serves it (FastAPI's TestClient, the
+The app is served as tests/unit/airflow/ui/test_summary_view.py serves it (FastAPI's TestClient, the
 login dependency overridden) over a real published version, a committed one and a damaged one.
 Dataset names, version ids, shard names, keys and query parameters are fuzzed (unicode, `..`,
 separators, encodings, lengths). Every answer is 200, or a 4xx with a message; never a 5xx. No file
