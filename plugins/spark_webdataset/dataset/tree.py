@@ -1,39 +1,27 @@
 """The dataset's tree on storage: the one module that names its files and directories.
 
-    <root>/versions/<version>/shard-000000.tar …   shards
-    <root>/versions/<version>/_manifest.json       the truth about the directory (written last)
-    <root>/versions/<version>/_validation.json     validation's report
-    <root>/versions/<version>/shardindex.json      the wids index, written by publish
-    <root>/versions/<version>/_SEALED              publish's seal: no writer may touch it again
-    <root>/versions/<version>/_WEBDATASET          our writer's mark, from the first staged byte on
-    <root>/versions/<version>/_staging/<job>/      per-attempt staging of live jobs
-    <root>/versions/<version>/_index/              the sample index (one file, replaced at each commit)
-    <root>/versions/<version>/_RETIRED             gc retired it: never published again (retention.py)
-    <root>/_published/<version>.json               the commit point: visible iff it exists
-    <root>/LATEST                                  newest published version
-    <root>/_latest_changes.json                    LATEST set by hand: by whom, when, from what
-    <root>/_pins/<version>                         a pinned version: gc never retires it
-
-Nothing else spells these names: the writer, reader, validate, publish, catalog, jobs, CLI and
-DAGs ask a `Dataset` or a `Version` (layout.py) for their paths, and dataset/paths.py checks
-where a root or a version may be.
+The tree they form is drawn once, for users, in docs/versions.md ("A dataset on storage");
+tests/unit/repo/test_layout_documented.py checks that it shows every name below. Nothing else
+spells these names: the writer, reader, validate, publish, catalog, jobs, CLI and DAGs ask a
+`Dataset` or a `Version` (layout.py) for their paths, and dataset/paths.py checks where a root or a
+version may be.
 """
 
 from __future__ import annotations
 
-VERSIONS_DIR = "versions"
-PUBLISHED_DIR = "_published"
-LATEST_NAME = "LATEST"
+VERSIONS_DIR = "versions"  # ROOT/versions/<version>/: one directory a version
+PUBLISHED_DIR = "_published"  # ROOT/_published/<version>.json: the commit point of publish (visible iff it exists)
+LATEST_NAME = "LATEST"  # ROOT/LATEST: the newest published version
 LATEST_CHANGES_NAME = "_latest_changes.json"  # who set LATEST by hand, and when
-MANIFEST_NAME = "_manifest.json"
-VALIDATION_NAME = "_validation.json"
-SHARD_INDEX_NAME = "shardindex.json"
-SEAL_NAME = "_SEALED"
-WRITER_MARK_NAME = "_WEBDATASET"
-STAGING_DIR = "_staging"
-SAMPLE_INDEX_DIR = "_index"
-COMMIT_LOCK_NAME = "_commit.lock"
-COMMIT_JOURNAL_NAME = "_commit.json"
+MANIFEST_NAME = "_manifest.json"  # the truth about a version directory (written last)
+VALIDATION_NAME = "_validation.json"  # validation's report
+SHARD_INDEX_NAME = "shardindex.json"  # the wids index, written by publish
+SEAL_NAME = "_SEALED"  # publish's seal: no writer may touch the version again
+WRITER_MARK_NAME = "_WEBDATASET"  # our writer's mark, from the first staged byte on
+STAGING_DIR = "_staging"  # _staging/<job>/: per-attempt staging of live jobs
+SAMPLE_INDEX_DIR = "_index"  # the sample index (one file, replaced at each commit)
+COMMIT_LOCK_NAME = "_commit.lock"  # one committer at a time (lock.py)
+COMMIT_JOURNAL_NAME = "_commit.json"  # a decided commit, finished by whoever comes next (journal.py)
 RETIRED_NAME = "_RETIRED"  # gc retired the version: publish refuses it, a gc rerun finishes removing it
 PINS_DIR = "_pins"  # ROOT/_pins/<version>: gc never retires a pinned version
 # Files of a version directory that are not shards.
