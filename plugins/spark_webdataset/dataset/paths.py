@@ -317,4 +317,18 @@ def check_write_target(uri: str, root: str | None) -> None:
         check_dataset_root(root)
         _check_not_a_root(uri)  # X/versions/inner, where inner is a dataset root
     else:
+        _check_not_below_a_version_by_path(uri)
         _check_enclosing(uri, "directory", (), True, itself=False, target=True)
+
+
+def _check_not_below_a_version_by_path(uri: str) -> None:
+    """X/versions/ID/more, before X exists: the write's own first file would make X a dataset
+    root holding version ID, and the commit would refuse it then, after staging. Refused by its
+    path, before anything is created."""
+    here = _location(uri)
+    anchor, parts = _split_location(here)
+    for at, part in enumerate(parts[:-2]):
+        if part == VERSIONS_DIR:
+            root = anchor.rstrip("/") + "/" + "/".join(parts[:at]) if at else anchor
+            how = f"lies inside version {parts[at + 1]!r} of dataset {root} (by its path: its first file makes {root} a dataset root)"
+            raise _refused("directory", uri, root, how)
