@@ -109,4 +109,3 @@ def read_latest(root: str) -> dict:
     """Open the dataset's LATEST version (checked against its publish record); count samples."""
     version, _ = Dataset(root).latest()
     return _count(version.index_uri, version.id)
-
