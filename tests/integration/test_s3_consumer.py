@@ -15,12 +15,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from spark_webdataset.airflow.consumer import read_latest, read_published, wids_through_storage
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.storage import storage_for
+
 from tests.support import REPO
 from tests.support.webdataset_ui_data import commit_table, digits_table
 

@@ -184,7 +184,7 @@ class S3Env:
 
     def _listing(self, start: str) -> list[tuple[str, str]]:
         """(key, identity) of every object whose key starts with `start`, page after page."""
-        import xml.etree.ElementTree as ElementTree
+        from xml.etree import ElementTree
 
         out, token = [], None
         while True:
