@@ -38,12 +38,13 @@ bench: env  # every bench/*.py but the harness; each prints a table, writes benc
 	source scripts/airflow_env.sh && for b in $(filter-out bench/harness.py,$(sort $(wildcard bench/*.py))); do \
 	  $(PY) $$b $(BENCH_ARGS) || exit 1; done
 
-soak: env  # the promise machine (tests/model) for SOAK_MINUTES (default 30) split between local disk and the GCS emulator; random seeds; prints steps and failures.
-# Each half gets pytest's timeout of its minutes + 15: the default 900 s cut a 15-minute half inside a Py4J call,
-# left the gateway's socket mid-answer, and every later Spark step failed (KeyError 'c', then no SparkSession).
-	source scripts/airflow_env.sh && export PYTHONPATH=$$PWD/plugins PROMISE_MACHINE_REPORT=$${PROMISE_MACHINE_REPORT:-$$(mktemp)} && SOAK_MINUTES=$$(python3 -c "print(float('$(or $(SOAK_MINUTES),30)') / 2)") \
+soak: env  # the promise machine (tests/model) for SOAK_MINUTES (default 30) split between local disk, the GCS emulator and the S3 server (moto); random seeds; prints steps and failures.
+# SOAK_MINUTES reaches pytest as each third's minutes (every test of the file runs that long); pytest's timeout is per test:
+# each third's minutes + 15 (the default 900 s cut a 15-minute half inside a Py4J call, left the gateway's socket
+# mid-answer, and every later Spark step failed: KeyError 'c', then no SparkSession).
+	source scripts/airflow_env.sh && export PYTHONPATH=$$PWD/plugins PROMISE_MACHINE_REPORT=$${PROMISE_MACHINE_REPORT:-$$(mktemp)} && SOAK_MINUTES=$$(python3 -c "print(float('$(or $(SOAK_MINUTES),30)') / 3)") \
 	  HYPOTHESIS_PROFILE=soak \
-	  $(PY) -m pytest -p no:cacheprovider -q -s --timeout=$$(python3 -c "print(int(float('$(or $(SOAK_MINUTES),30)') * 30 + 900))") \
+	  $(PY) -m pytest -p no:cacheprovider -q -s --timeout=$$(python3 -c "print(int(float('$(or $(SOAK_MINUTES),30)') * 20 + 900))") \
 	    tests/model/test_promise_machine.py $(PYTEST_ARGS); \
 	  status=$$?; echo "== soak report ($$PROMISE_MACHINE_REPORT)"; cat $$PROMISE_MACHINE_REPORT; exit $$status
 

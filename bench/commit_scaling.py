@@ -2,24 +2,27 @@
 
     .venv/bin/python bench/commit_scaling.py              # 100, 1000, 5000 shards; 1M and 10M keys
     .venv/bin/python bench/commit_scaling.py --quick      # 100, 1000 shards; 1M keys
-    .venv/bin/python bench/commit_scaling.py --only local|gcs|merge
+    .venv/bin/python bench/commit_scaling.py --only local|gcs|s3|merge
 
 Commit: a version directory is laid out as N task attempts leave it (one tiny staged shard and
 one sorted sample-index run each, named as spark/writer.py names them, and a commit message
 each; untimed), then dataset.commit.commit_job alone is timed (lock, index merge, journal,
 renames `rename_threads` at a time, manifest, cleanup), with its merge and rename phases.
 Locally (then the second shard count with other thread counts, to pick LocalStorage.rename_threads)
-and on fake-gcs-server with 16 threads. Merge: format.keys merge_blocks + first_duplicate_in_blocks
+on fake-gcs-server with 16 threads and on the S3 server (moto, tests/support/s3_server.py) with 16. Merge: format.keys merge_blocks + first_duplicate_in_blocks
 over 100 sorted in-memory runs of 1M and 10M keys. Targets (issue 11.6): linear growth; local
 <= 1 ms a shard (>= 1000 shards/s); emulator <= 5 ms a shard (>= 200/s); merge >= 5M keys/s.
+The S3 server is held to the emulator's target (a rename there is six requests, two on gs://).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from harness import Benchmark, Case, Contender, emulator, main, measure
 
@@ -40,11 +43,35 @@ def flags(parser: argparse.ArgumentParser) -> None:
     add("--local-threads", type=int, nargs="+", default=[1, 4, 8, 16], help="compared at the second shard count")
     add("--gcs-threads", type=int, default=16)
     add("--no-gcs", action="store_true", help="skip the emulator")
-    add("--only", choices=("local", "gcs", "merge"), help="run one part")
+    add("--s3-threads", type=int, default=16)
+    add("--no-s3", action="store_true", help="skip the S3 server")
+    add("--only", choices=("local", "gcs", "s3", "merge"), help="run one part")
 
 
 def quick(args: argparse.Namespace) -> None:
     args.shards, args.keys, args.local_threads, args.repeats = [100, 400], [1_000_000], [1, 8], 1
+
+
+AWS_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                 "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_PROFILE")  # fmt: skip
+
+
+@contextlib.contextmanager
+def s3_server(bucket: str) -> Iterator[Any]:
+    """moto_server (the tests' S3 API, its own venv) with `bucket`, every client of the process
+    pointed at it by AWS_ENDPOINT_URL and dummy keys; the environment restored after."""
+    from tests.support.s3_server import S3Server, reserve_environment
+
+    saved = {k: os.environ.get(k) for k in AWS_VARIABLES}
+    reserve_environment()
+    server = S3Server(os.environ["AWS_ENDPOINT_URL"])
+    try:
+        server.create_bucket(bucket)
+        yield server
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
 
 
 def stage(uri: str, shards: int, threads: int) -> tuple[Any, list[Any]]:
@@ -177,10 +204,15 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
             process = psutil.Process(server.process.pid)
             counts = {f"{n} shards": commit_contender(f"gs://{BUCKET}/v{n}", n, args.gcs_threads, 16, process) for n in args.shards}
             cases.append(measure(Case(f"gcs {args.gcs_threads} threads", counts, min_rate=200, **unit), args, repeats=1, warmup=0))
+    if not args.no_s3 and args.only in (None, "s3"):
+        with s3_server(BUCKET) as server:
+            process = psutil.Process(server.process.pid)
+            counts = {f"{n} shards": commit_contender(f"s3://{BUCKET}/v{n}", n, args.s3_threads, 16, process) for n in args.shards}
+            cases.append(measure(Case(f"s3 {args.s3_threads} threads", counts, min_rate=200, **unit), args, repeats=1, warmup=0))
     if args.only in (None, "merge"):
         merges = {f"{n:,} keys": merge_contender(n, args.key_runs) for n in args.keys}
         cases.append(measure(Case(f"merge {args.key_runs} runs", merges, unit="keys", scale=1, min_rate=5e6), args, warmup=0))
-    return {"cases": cases, "notes": [g for c in cases if c["case"] in ("local",) or c["case"].startswith("gcs") if (g := growth(c))]}
+    return {"cases": cases, "notes": [g for c in cases if c["case"] in ("local",) or c["case"].startswith(("gcs", "s3")) if (g := growth(c))]}
 
 
 BENCH = Benchmark("commit_scaling", __doc__, run, flags, quick, defaults={"repeats": 3, "warmup": 0})

@@ -1,8 +1,9 @@
-"""Shard upload throughput to the GCS emulator, and a writer task's peak RSS with 1 GiB shards.
+"""Shard upload throughput to the GCS emulator and the S3 server, and a writer task's peak RSS with 1 GiB shards.
 
     .venv/bin/python bench/gcs_upload_throughput.py            # full size (~25 minutes: the emulator is slow)
     .venv/bin/python bench/gcs_upload_throughput.py --skip-upload --memory-runs 'noop (batches seen),gcs,local'
     .venv/bin/python bench/gcs_upload_throughput.py --quick
+    .venv/bin/python bench/gcs_upload_throughput.py --quick --skip-memory --no-gcs   # s3:// uploads only
 
 fake-gcs-server (tests/support/gcs_emulator.py) is started before any SparkSession, so
 Spark's Python workers inherit STORAGE_EMULATOR_HOST. Upload, per shard size, side by side:
@@ -12,6 +13,13 @@ Spark's Python workers inherit STORAGE_EMULATOR_HOST. Upload, per shard size, si
   upload_from_filename  google-cloud-storage's blob.upload_from_filename(file)            (baseline)
   open_write_100MiB     diagnostic: open_write's BlobWriter with upload_from_filename's chunk size
   local_file            reference: LocalStorage.open_write, the same 1 MiB writes, fsynced
+
+On s3:// (moto_server, tests/support/s3_server.py, after the gs:// cases), side by side:
+
+  open_write            storage_for("s3://...").open_write(path), 1 MiB pieces: multipart, 8 MiB parts (ours)
+  put_object            one PutObject of the whole file through the same signed client  (baseline: no
+                        boto3 here, docs/s3.md; what a simple uploader does, the body in memory)
+  local_file            reference, as above
 
 Every upload is read back (size, crc32c); the emulator's CPU and peak RSS per upload are recorded
 (it re-hashes the whole object on every chunk: its CPU, not ours, is most of the cost). Memory:
@@ -53,6 +61,8 @@ def flags(parser: argparse.ArgumentParser) -> None:
     add("--emulator-memory-limit", default="2GiB", help="the emulator's GOMEMLIMIT in the memory part")
     add("--min-available-bytes", type=parse_size, default=int(1.5 * GIB), help="kill the emulator below this")
     add("--skip-upload", action="store_true")
+    add("--no-gcs", action="store_true", help="no gs:// upload cases")
+    add("--no-s3", action="store_true", help="no s3:// upload cases")
     add("--memory-runs", default="", help="comma list of memory run labels, e.g. 'noop (batches seen),gcs,local'")
     add("--skip-memory", action="store_true")
 
@@ -175,6 +185,61 @@ def upload_case(args: argparse.Namespace, workdir: str, server: Any, size: int) 
     return Case(f"upload {size // MIB} MiB", contenders, [Ratio("open_write", "upload_from_filename")])
 
 
+def s3_uploaders(local: str, bucket: str) -> dict[str, Callable[[str], str | None]]:
+    """name -> fn(object name) -> the key written in `bucket` (None: not in S3)."""
+    from spark_webdataset.storage import storage_for
+    from spark_webdataset.storage.s3 import client, crc32c_text
+
+    def open_write(name: str) -> str:
+        with storage_for(f"s3://{bucket}/{name}").open_write(f"s3://{bucket}/{name}") as stream:
+            stream_file(local, stream)
+        return name
+
+    def put_object(name: str) -> str:
+        import google_crc32c
+
+        with open(local, "rb") as source:
+            data = source.read()
+        headers = {"x-amz-sdk-checksum-algorithm": "CRC32C", "x-amz-checksum-crc32c": crc32c_text(google_crc32c.value(data))}
+        response = client().request("PUT", bucket, name, headers=headers, body=data)
+        assert response.status == 200, (name, response.status, response.body[:200])
+        return name
+
+    local_file = uploaders(local)["local_file"]
+    return {"open_write": open_write, "put_object": put_object, "local_file": local_file}
+
+
+def s3_upload_case(args: argparse.Namespace, workdir: str, server: Any, size: int, bucket: str) -> Case:
+    from spark_webdataset.storage.s3 import client
+
+    local = os.path.join(workdir, f"s3-shard-{size // MIB}MiB.tar")
+    crc = make_file(local, size)
+    server_process, me = psutil.Process(server.process.pid), psutil.Process()
+    runs = iter(range(10**9))
+
+    def timed(fn: Callable[[str], str | None]) -> Callable[[], dict[str, Any]]:
+        def upload() -> dict[str, Any]:
+            rss = RssSampler(lambda p: "server", candidates=lambda: [server_process])
+            client0, server0 = sum(me.cpu_times()[:2]), sum(server_process.cpu_times()[:2])
+            with rss:
+                name = fn(f"{size // MIB}MiB-{next(runs)}.tar")
+            return {"object": name, "client_cpu_s": round(sum(me.cpu_times()[:2]) - client0, 3),
+                    "server_cpu_s": round(sum(server_process.cpu_times()[:2]) - server0, 3),
+                    "server_peak_rss_mib": rss.peak_mib("server")}  # fmt: skip
+
+        return upload
+
+    def check(record: dict[str, Any]) -> None:
+        if record["object"]:
+            head = client().request("HEAD", bucket, record["object"], headers={"x-amz-checksum-mode": "ENABLED"})
+            found = (head.status, int(head.headers.get("content-length", -1)), head.headers.get("x-amz-checksum-crc32c"))
+            assert found == (200, size, crc), (record["object"], found)
+            client().request("DELETE", bucket, record["object"])
+
+    contenders = {name: Contender(timed(fn), size, check=check) for name, fn in s3_uploaders(local, bucket).items()}
+    return Case(f"s3 upload {size // MIB} MiB", contenders, [Ratio("open_write", "put_object")])
+
+
 def memory_runs(args: argparse.Namespace, workdir: str, guard: MemoryGuard) -> dict[str, Any]:
     """One fresh local[2] session a run (fresh workers: each peak is its own)."""
     from spark_webdataset.dataset.layout import Version
@@ -230,13 +295,19 @@ def memory_runs(args: argparse.Namespace, workdir: str, guard: MemoryGuard) -> d
 
 def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
     results: dict[str, Any] = {"cases": [], "notes": []}
-    if not args.skip_upload:
+    if not args.skip_upload and not args.no_gcs:
         with emulator(BUCKET) as server:
             guard = MemoryGuard(server, args.min_available_bytes)
             try:
                 results["cases"] = [measure(upload_case(args, workdir, server, parse_size(s)), args) for s in args.sizes.split(",")]
             finally:
                 results["upload_guard"] = guard.stop()
+    if not args.skip_upload and not args.no_s3:
+        from commit_scaling import s3_server  # the S3 server's context (beside harness.emulator)
+
+        with s3_server(BUCKET) as server:
+            results["cases"] += [measure(s3_upload_case(args, workdir, server, parse_size(s), BUCKET), args)
+                                 for s in args.sizes.split(",")]  # fmt: skip
     if not args.skip_memory:
         with emulator(BUCKET, args.emulator_memory_limit) as server:
             guard = MemoryGuard(server, args.min_available_bytes)

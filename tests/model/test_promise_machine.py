@@ -43,7 +43,7 @@ from tests.model import committer
 from tests.model.promise_model import (
     EITHER, ERROR, HOSTILE_IDS, HOSTILE_KEYS, OK, Outcome, PromiseModel,
 )  # fmt: skip
-from tests.model.storage_env import GcsEnv, LocalEnv
+from tests.model.storage_env import GcsEnv, LocalEnv, S3Env
 
 IDS = ["v1", "v2", "v3", "v4", "v5"]
 KEYS = [f"k{i:02d}" for i in range(14)]
@@ -136,7 +136,7 @@ def _as_bytes(value) -> bytes:
 
 
 def _gopen_gs(url: str, mode: str = "rb", bufsize: int = 8192):
-    """webdataset's opener for gs:// URLs: the object through our Storage (not gsutil)."""
+    """webdataset's opener for gs:// and s3:// URLs: the object through our Storage (not gsutil or aws)."""
     from spark_webdataset.storage import storage_for
 
     return io.BytesIO(storage_for(url).read_bytes(url))
@@ -593,6 +593,7 @@ class PromiseMachine(RuleBasedStateMachine):
         gopen = importlib.import_module("webdataset.gopen")
 
         gopen.gopen_schemes["gs"] = _gopen_gs  # in-process (the suite's other tests use `pipe:spark-webdataset cat`)
+        gopen.gopen_schemes["s3"] = _gopen_gs
 
         urls = self._index_urls(version)
 
@@ -724,6 +725,9 @@ def _report(line: str) -> None:
             out.write(line + "\n")
 
 
+EXAMPLE_DIVISOR = {"gcs": 2, "s3": 2}  # the ci profile's examples a store gets: max_examples // this
+
+
 def _run(env, spark) -> None:
     """The machine under the loaded profile; with SOAK_MINUTES, batches of random examples until the
     time is spent, every failure (its shrunk steps) reported and the soak carrying on."""
@@ -734,8 +738,9 @@ def _run(env, spark) -> None:
     failures = []
     try:
         if not minutes:
-            # the emulator's requests make a GCS step ~5x a local one: half the examples keep both near 2 minutes
-            examples = settings.default.max_examples // 2 if env.name == "gcs" else settings.default.max_examples
+            # the emulator's requests make a GCS step ~5x a local one: half the examples keep both near 2 minutes;
+            # an S3 step (moto) costs about as much as a GCS one: the same half (2026-12-05, load 4.9: s3 46 s, gcs 39 s)
+            examples = settings.default.max_examples // EXAMPLE_DIVISOR.get(env.name, 1)
             run_state_machine_as_test(PromiseMachine, settings=settings(settings.default, max_examples=max(1, examples)))
             return
         while time.monotonic() - started < minutes * 60:
@@ -762,3 +767,7 @@ def test_promise_on_local_disk(machine_spark, tmp_path) -> None:
 
 def test_promise_on_gcs(machine_spark, gcs_emulator, bucket) -> None:
     _run(GcsEnv(bucket), machine_spark)
+
+
+def test_promise_on_s3(machine_spark, s3_bucket) -> None:
+    _run(S3Env(s3_bucket), machine_spark)

@@ -10,14 +10,17 @@
 Both open the version with wids (`wids.ShardListDataset(index_uri)`) on any
 storage: wids copies local shards into its cache itself; for gs:// it would
 shell out to `gsutil cp` (absent on most workers, blind to
-STORAGE_EMULATOR_HOST; a consumer task on it was found hung), so `wids_for_gcs()`
-hands wids a gs:// download handler that reads through our Storage instead
-(ADC or the emulator, bounded retries). Streaming readers (webdataset.WebDataset)
-open gs:// shards as `pipe:spark-webdataset cat gs://...`.
+STORAGE_EMULATOR_HOST; a consumer task on it was found hung) and for s3:// to
+`aws s3 cp` (absent on most training nodes, with its own endpoint settings), so
+`wids_through_storage()` hands wids gs:// and s3:// download handlers that read
+through our Storage instead (ADC or the emulator; the AWS variables and
+AWS_ENDPOINT_URL; bounded retries). It also gives webdataset.WebDataset an
+in-process opener for both schemes; `pipe:spark-webdataset cat URL` works too.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 from typing import Mapping
@@ -27,8 +30,11 @@ from ..dataset.layout import Dataset
 _COPY_CHUNK_BYTES = 1 << 20
 
 
+STORAGE_SCHEMES = ("gs", "s3")  # the cloud schemes our Storage serves (local paths wids copies itself)
+
+
 def _download_through_storage(remote: str, local: str) -> None:
-    """wids' download handler for gs://: the object, read through our Storage, into wids' cache
+    """wids' download handler for gs:// and s3://: the object, read through our Storage, into wids' cache
     file `local`, whole or not at all (a failed copy leaves no partial file wids would reuse)."""
     from ..storage import storage_for
 
@@ -42,21 +48,44 @@ def _download_through_storage(remote: str, local: str) -> None:
             os.unlink(partial)
 
 
-def wids_for_gcs():
-    """The wids module, its gs:// downloads (index and shards) going through our Storage, not gsutil.
+def _open_through_storage(url: str, mode: str = "rb", bufsize: int = 8192, **_: object):
+    """webdataset's opener (`gopen_schemes`) for gs:// and s3://: a buffered stream of ranged reads
+    through our Storage (webdataset's own gs:// opener runs gsutil; it has none for s3://)."""
+    from ..errors import InputError
+    from ..storage import storage_for
+
+    if mode != "rb":
+        raise InputError(f"{url}: webdataset may only read through our storage (mode {mode!r}); write with the data source")
+    return storage_for(url).open_read(url)
+
+
+def wids_through_storage():
+    """The wids module, its gs:// and s3:// downloads (index and shards) going through our Storage,
+    not gsutil or the aws CLI; webdataset's gopen reads both schemes through it too.
 
     wids looks a URL's scheme up in `wids.wids_dl.default_cmds` (command templates, or callables
-    taking the remote URL and the local cache path); this sets its "gs" entry, for the process."""
+    taking the remote URL and the local cache path); webdataset in `webdataset.gopen.gopen_schemes`.
+    This sets their "gs" and "s3" entries, for the process."""
     import wids
     from wids import wids_dl
 
-    wids_dl.default_cmds["gs"] = _download_through_storage
+    for scheme in STORAGE_SCHEMES:
+        wids_dl.default_cmds[scheme] = _download_through_storage
+    try:  # the module: webdataset's package re-exports a function of the same name
+        gopen = importlib.import_module("webdataset.gopen")
+    except ImportError:  # wids without webdataset: nothing to register
+        return wids
+    for scheme in STORAGE_SCHEMES:
+        gopen.gopen_schemes[scheme] = _open_through_storage
     return wids
+
+
+wids_for_gcs = wids_through_storage  # its first name, when it served gs:// only
 
 
 def _count(index_uri: str, version: str) -> dict:
     """Open a version through its wids shard index and count its samples."""
-    wids = wids_for_gcs()
+    wids = wids_through_storage()
 
     dataset = wids.ShardListDataset(index_uri, transformations=[])
     try:

@@ -35,6 +35,7 @@ from ...format.sample_reader import iter_members
 from ...format.ustar import BLOCK
 from ...dataset.layout import Version
 from ...dataset.random_access import VersionSamples
+from ...storage.base import RangeFile
 
 IMAGE_TYPES = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "webp": "image/webp", "gif": "image/gif"}
 TEXT_FIELDS = {"txt", "text", "cls", "cls2", "json", "jsn", "caption", "index", "id"}
@@ -90,16 +91,18 @@ class _Budget:
         self.left -= size
 
 
-FETCH_BYTES = 256 * 1024  # what one ranged GET of a gs:// preview asks for
+FETCH_BYTES = 256 * 1024  # what one ranged GET of a gs:// or s3:// preview asks for
 
 
 def _open_shard(version: Version, name: str) -> BinaryIO:
-    """The shard through the storage layer. A gs:// reader fetches 8 MiB per ranged GET (the
-    storage layer's size for streaming whole shards); a preview asks for 256 KiB, so what it
+    """The shard through the storage layer. A gs:// or s3:// reader fetches 8 MiB per ranged GET
+    (the storage layer's size for streaming whole shards); a preview asks for 256 KiB, so what it
     fetches stays near what it reads."""
     stream = version.storage.open_read(version.location_uri(name))
     if type(stream).__module__.startswith("google.cloud.storage") and hasattr(stream, "_chunk_size"):
         stream._chunk_size = FETCH_BYTES
+    elif isinstance(stream, io.BufferedReader) and isinstance(stream.raw, RangeFile) and stream.tell() == 0:
+        stream = io.BufferedReader(stream.detach(), buffer_size=FETCH_BYTES)  # s3://: nothing read yet, nothing lost
     return stream
 
 
