@@ -216,12 +216,11 @@ def test_a_flipped_payload_byte_is_never_read_back(env) -> None:
 
 # Found on s3:// by a mutation run of the machine (S3Storage.delete_tree made to remove only one object):
 # `write_hostile_id("a/b")` on an empty root left `ds/versions/a/b/_staging/...`. On every store a write to
-# X/versions/a/b, where X does not exist yet, is not refused at its start: it writes `_WEBDATASET`, a lease
-# and its staged shard and index, and only the commit refuses it (NestedDatasetRoot: its own files made X
-# hold versions/), then removes them. DESIGN.md "Paths are checked before anything is created". The check
-# is in dataset/layout.py (Version.check_writable): reported, not fixed here. The machine cannot see it
-# (its tree comparison is after the cleanup): storage writes are recorded here (the real calls made).
-@pytest.mark.xfail(strict=True, reason="dataset/layout.py: a write below X/versions/<id>/ is refused only at commit (reported)")
+# X/versions/a/b, where X did not exist yet, was not refused at its start: it wrote `_WEBDATASET`, a lease
+# and its staged shard and index, and only the commit refused it (NestedDatasetRoot: its own files made X
+# hold versions/), then removed them. DESIGN.md "Paths are checked before anything is created"; now
+# refused by its path (dataset/paths.py). The machine cannot see it (its tree comparison is after the
+# cleanup): storage writes are recorded here (the real calls made).
 def test_a_write_below_a_versions_directory_creates_nothing(tmp_path, monkeypatch) -> None:
     from spark_webdataset.errors import NestedDatasetRoot
     from spark_webdataset.storage.local import LocalStorage
@@ -236,7 +235,7 @@ def test_a_write_below_a_versions_directory_creates_nothing(tmp_path, monkeypatc
             return _real(self, path, *args, **kwargs)
 
         monkeypatch.setattr(LocalStorage, name, recorded)
-    with pytest.raises(NestedDatasetRoot):
+    with pytest.raises(NestedDatasetRoot, match="by its path"):
         committer.commit(f"{tmp_path}/ds/versions/a/b", {"k00": ("x", b"y")}, overwrite=False)
     assert created == [], f"a refused write created {created[:3]}"
 
