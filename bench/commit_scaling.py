@@ -7,8 +7,8 @@
 Commit: a version directory is laid out as N task attempts leave it (one tiny staged shard and
 one sorted sample-index run each, named as spark/writer.py names them, and a commit message
 each; untimed), then dataset.commit.commit_job alone is timed (lock, index merge, journal,
-renames `rename_threads` at a time, manifest, cleanup), with its merge and rename phases.
-Locally (then the second shard count with other thread counts, to pick LocalStorage.rename_threads)
+renames `concurrent_requests` at a time, manifest, cleanup), with its merge and rename phases.
+Locally (then the second shard count with other thread counts, to pick LocalStorage.concurrent_requests)
 on fake-gcs-server with 16 threads and on the S3 server (moto, tests/support/s3_server.py) with 16. Merge: format.keys merge_blocks + first_duplicate_in_blocks
 over 100 sorted in-memory runs of 1M and 10M keys. Targets (issue 11.6): linear growth; local
 <= 1 ms a shard (>= 1000 shards/s); emulator <= 5 ms a shard (>= 200/s); merge >= 5M keys/s.
@@ -138,7 +138,7 @@ def commit_contender(uri: str, shards: int, threads: int, stage_threads: int, se
 
             return wrapper
 
-        threads_before, storage_class.rename_threads = storage_class.rename_threads, threads
+        threads_before, storage_class.concurrent_requests = storage_class.concurrent_requests, threads
         server_cpu = sum(server.cpu_times()[:2]) if server else 0.0
         try:
             for (module, name), original in saved.items():
@@ -146,7 +146,7 @@ def commit_contender(uri: str, shards: int, threads: int, stage_threads: int, se
             writer, messages = staged
             manifest = commit_module.commit_job(writer.commit_request(messages))
         finally:
-            storage_class.rename_threads = threads_before
+            storage_class.concurrent_requests = threads_before
             for (module, name), original in saved.items():
                 setattr(module, name, original)
         assert len(manifest.shards) == shards and manifest.samples == shards * KEYS_PER_SHARD
@@ -197,7 +197,7 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
         compared = args.shards[min(1, len(args.shards) - 1)]
         threads = {f"{t} thread{'s' if t > 1 else ''}": commit_contender(f"{workdir}/t{t}", compared, t, 4, None) for t in args.local_threads}
         cases.append(measure(Case(f"local {compared} shards", threads, **unit), args, repeats=1, warmup=0))
-        counts = {f"{n} shards": commit_contender(f"{workdir}/v{n}", n, LocalStorage.rename_threads, 4, None) for n in args.shards}
+        counts = {f"{n} shards": commit_contender(f"{workdir}/v{n}", n, LocalStorage.concurrent_requests, 4, None) for n in args.shards}
         cases.append(measure(Case("local", counts, min_rate=1000, **unit), args, repeats=1, warmup=0))
     if not args.no_gcs and args.only in (None, "gcs"):
         with emulator(BUCKET) as server:

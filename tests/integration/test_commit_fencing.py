@@ -285,7 +285,7 @@ def test_roll_forward_never_overwrites_a_manifest_that_moved(tmp_path) -> None:
     assert version.read_manifest() == moved
 
 
-def test_rename_threads_renewing_at_once_do_not_lose_the_lock(tmp_path) -> None:
+def test_concurrent_requests_renewing_at_once_do_not_lose_the_lock(tmp_path) -> None:
     """The commit's rename threads check the lease together: concurrent renewals are one at a
     time, so the second does not mistake the first's new token for a takeover."""
     import threading

@@ -159,7 +159,7 @@ class RootListing:
     def describe(self, ids: Iterable[str] | None = None) -> list[VersionDescription]:
         """The versions `ids` (default: all, oldest first), described; on gs:// concurrently."""
         chosen = list(self.ids if ids is None else ids)
-        threads = min(len(chosen), 8, getattr(self.dataset.storage, "rename_threads", 1))
+        threads = min(len(chosen), 8, self.dataset.storage.concurrent_requests)
         if threads <= 1:
             return [self.describe_version(v) for v in chosen]
         from concurrent.futures import ThreadPoolExecutor

@@ -303,7 +303,7 @@ class CommitPlan:
             first = _first_free_number(base) + sum(len(shard_names) for shard_names in names)
             change = plan_change(request.change, keys, given, base, snapshot.base_index, version, first, request.staging_root)
             lock.check()
-        rewritten = rewrite_shards(version, change, version.storage.rename_threads, lock.renew, _sha256(request, base)) if change else {}
+        rewritten = rewrite_shards(version, change, version.storage.concurrent_requests, lock.renew, _sha256(request, base)) if change else {}
         return cls(version, request, snapshot, attempts, names, change, rewritten)
 
     @property

@@ -65,7 +65,7 @@ def merge_index(
     from ..format.sample_index import write_index
 
     def merged() -> Iterator["pa.RecordBatch"]:
-        started = _started_together(runs, version.storage.rename_threads)
+        started = _started_together(runs, version.storage.concurrent_requests)
         for rows, found in first_duplicate_in_blocks(merge_blocks(started)):
             if found:
                 key, first, second = found

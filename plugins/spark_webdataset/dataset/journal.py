@@ -291,12 +291,12 @@ def _rename_one(version: Version, journal: Journal, staged: str, final: str, loc
 
 
 def rename_all(version: Version, journal: Journal, lock: CommitLock) -> None:
-    """Every rename of the journal, `storage.rename_threads` at a time (a rename on gs:// is a
+    """Every rename of the journal, `storage.concurrent_requests` at a time (a rename on gs:// is a
     server-side rewrite and a delete: latency, not bandwidth). The calling thread renews the lock
     as renames finish; the first failure stops submitting, lets those in flight end, and is
     raised: the journal stays, and the next committer finishes what is left."""
     renames = journal.renames
-    threads = max(1, min(version.storage.rename_threads, len(renames)))
+    threads = max(1, min(version.storage.concurrent_requests, len(renames)))
     if threads == 1:
         for staged, final in renames:
             _rename_one(version, journal, staged, final, lock)

@@ -198,7 +198,7 @@ def _holds(storage: Storage, directory: str, name: str) -> bool:
 
 def _probe(storage: Storage, probes: list[tuple[str, str]]) -> list[bool]:
     """`_holds` of each probe: at once where a call is latency-bound (more than one rename thread)."""
-    threads = min(len(probes), getattr(storage, "rename_threads", 1))
+    threads = min(len(probes), storage.concurrent_requests)
     if threads <= 1:
         return [_holds(storage, directory, name) for directory, name in probes]
     from concurrent.futures import ThreadPoolExecutor

@@ -433,7 +433,7 @@ def _check_references(version: Version, manifest: Manifest, report: ValidationRe
     a report from before reports recorded identities) is read and its crc32c checked, so equal
     bytes pass and different bytes fail (ChecksumMismatch). An error names the shard and the
     version that stores it. One listing and one report read a version that stores some,
-    `rename_threads` versions at a time (a long chain of versions is many round trips on an
+    `concurrent_requests` versions at a time (a long chain of versions is many round trips on an
     object store)."""
     by_version: dict[str, list] = {}
     for shard in manifest.shards:
@@ -448,7 +448,7 @@ def _check_references(version: Version, manifest: Manifest, report: ValidationRe
         holder = dataset.version(stored_in)
         return holder.storage.objects(holder.uri), holder.read_validation() or {}
 
-    threads = max(1, min(version.storage.rename_threads, len(by_version)))
+    threads = max(1, min(version.storage.concurrent_requests, len(by_version)))
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="webdataset-references") as pool:
         found_by_version = dict(zip(sorted(by_version), pool.map(evidence, sorted(by_version))))
     checks: list[tuple[str, ShardEntry, StoredObject | None, dict, list[str], bool]] = []

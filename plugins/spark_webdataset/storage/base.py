@@ -35,8 +35,9 @@ class StoredObject:
 
 
 class Storage(ABC):
-    rename_threads: int = 1
-    """How many renames the commit runs at once on this storage (see dataset/journal.py)."""
+    concurrent_requests: int = 1
+    """How many requests a caller keeps in flight at once on this storage: latency-bound stores
+    (gs://, s3://) want many (the commit's renames, deletes, HEADs, probes); local disk one."""
 
     @abstractmethod
     def join(self, base: str, *parts: str) -> str: ...

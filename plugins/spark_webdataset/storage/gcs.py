@@ -23,7 +23,7 @@ from .base import Storage, StoredObject, split_bucket
 # disk (the Python worker RSS target is 300 MiB); 8 MiB is still GCS's recommended minimum size.
 UPLOAD_CHUNK_BYTES = 8 * 1024 * 1024
 READ_CHUNK_BYTES = 8 * 1024 * 1024
-HTTP_POOL_CONNECTIONS = 32  # per host: at least GCSStorage.rename_threads, with room for other threads
+HTTP_POOL_CONNECTIONS = 32  # per host: at least GCSStorage.concurrent_requests, with room for other threads
 
 
 def split(uri: str) -> tuple[str, str]:
@@ -91,7 +91,7 @@ def _is_precondition_failure(error: Exception) -> bool:
 class GCSStorage(Storage):
     # A rename is a server-side rewrite and a delete: latency-bound, so the commit runs many at
     # once (the client's connection pool is sized for them, see HTTP_POOL_CONNECTIONS).
-    rename_threads = 16
+    concurrent_requests = 16
 
     def join(self, base: str, *parts: str) -> str:
         return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
@@ -201,8 +201,8 @@ class GCSStorage(Storage):
             except exceptions.NotFound:
                 pass
 
-        # One request an object: a job's staging (a key run per task) goes `rename_threads` at a time.
-        with ThreadPoolExecutor(max_workers=self.rename_threads, thread_name_prefix="gcs-delete") as pool:
+        # One request an object: a job's staging (a key run per task) goes `concurrent_requests` at a time.
+        with ThreadPoolExecutor(max_workers=self.concurrent_requests, thread_name_prefix="gcs-delete") as pool:
             for _ in pool.map(delete, client().list_blobs(bucket, prefix=prefix, retry=_retry())):
                 pass
 

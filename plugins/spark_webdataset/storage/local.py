@@ -38,7 +38,7 @@ def _fsync_dir(directory: str) -> None:
 class LocalStorage(Storage):
     # A rename is one os.replace (tens of microseconds): threads only add GIL handoffs. Measured
     # with bench/commit_scaling.py (1, 4, 8, 16 threads): one is fastest.
-    rename_threads = 1
+    concurrent_requests = 1
 
     def join(self, base: str, *parts: str) -> str:
         return os.path.join(local_path(base), *parts)

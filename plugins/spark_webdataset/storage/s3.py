@@ -329,7 +329,7 @@ class _UploadStream(io.BufferedWriter):
 
 class S3Storage(Storage):
     # A rename is three requests and a delete: latency-bound, so the commit runs many at once.
-    rename_threads = 16
+    concurrent_requests = 16
 
     def join(self, base: str, *parts: str) -> str:
         return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
@@ -471,7 +471,7 @@ class S3Storage(Storage):
             head = self._head(path)
             return None if head is None else head.get("x-amz-checksum-crc32c")
 
-        with ThreadPoolExecutor(max_workers=self.rename_threads, thread_name_prefix="s3-head") as pool:
+        with ThreadPoolExecutor(max_workers=self.concurrent_requests, thread_name_prefix="s3-head") as pool:
             return dict(zip(paths, pool.map(crc, paths)))
 
     def crc32c_below(self, directory: str) -> dict[str, str] | None:
@@ -503,7 +503,7 @@ class S3Storage(Storage):
         from concurrent.futures import ThreadPoolExecutor
 
         paths = [self.join(directory, name) for name, _, _, _ in self._list(directory, delimiter=False)[0]]
-        with ThreadPoolExecutor(max_workers=self.rename_threads, thread_name_prefix="s3-delete") as pool:
+        with ThreadPoolExecutor(max_workers=self.concurrent_requests, thread_name_prefix="s3-delete") as pool:
             for _ in pool.map(self.delete, paths):
                 pass
 

@@ -56,7 +56,7 @@ def shards_on_disk(directory: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("threads", [1, 8])
 def test_parallel_renames_commit_what_one_by_one_does(tmp_path, monkeypatch, threads) -> None:
-    monkeypatch.setattr(LocalStorage, "rename_threads", threads)
+    monkeypatch.setattr(LocalStorage, "concurrent_requests", threads)
     writer, messages = staged_write(tmp_path)
     manifest = commit_job(writer.commit_request(messages))
     on_disk = shards_on_disk(tmp_path)
@@ -87,7 +87,7 @@ class FailingRename(LocalStorage):
 def test_a_rename_failing_half_way_stops_the_commit_and_the_journal_finishes_it(tmp_path, monkeypatch) -> None:
     writer, messages = staged_write(tmp_path)
     faulty = FailingRename(fail_at=SHARDS // 2)
-    faulty.rename_threads = 8
+    faulty.concurrent_requests = 8
     monkeypatch.setattr("spark_webdataset.dataset.layout.storage_for", lambda uri: faulty)
     with pytest.raises(OSError, match="injected"):
         commit_job(writer.commit_request(messages))
@@ -109,5 +109,5 @@ def test_a_rename_failing_half_way_stops_the_commit_and_the_journal_finishes_it(
 def test_the_pool_size_is_one_place_per_storage() -> None:
     from spark_webdataset.storage.gcs import HTTP_POOL_CONNECTIONS, GCSStorage
 
-    assert LocalStorage.rename_threads == 1  # measured: threads only add GIL contention to os.replace
-    assert GCSStorage.rename_threads == 16 <= HTTP_POOL_CONNECTIONS
+    assert LocalStorage.concurrent_requests == 1  # measured: threads only add GIL contention to os.replace
+    assert GCSStorage.concurrent_requests == 16 <= HTTP_POOL_CONNECTIONS
