@@ -2,7 +2,7 @@
 
 `ci` (the default): a fixed seed (derandomize) and a budget that keeps both machines (local disk
 and the GCS emulator, which runs half the examples) under 2 minutes together on 2 idle cores (CI 2026-12-05). `soak`: no example limit, a time
-budget of SOAK_MINUTES (per machine; `make soak` splits its minutes between the two), a random seed.
+budget of SOAK_MINUTES (per machine; `make soak` splits its minutes between local disk, GCS and S3), a random seed.
 """
 
 from __future__ import annotations
