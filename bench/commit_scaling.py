@@ -21,15 +21,15 @@ import argparse
 import contextlib
 import os
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterator
-
-from harness import Benchmark, Case, Contender, emulator, main, measure
+from typing import Any
 
 import numpy as np  # noqa: E402
+import psutil  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
-import psutil  # noqa: E402
+from harness import Benchmark, Case, Contender, emulator, main, measure
 
 BUCKET = "bench-commit"
 SHARD_BYTES, KEYS_PER_SHARD = 1024, 10
@@ -77,6 +77,7 @@ def s3_server(bucket: str) -> Iterator[Any]:
 def stage(uri: str, shards: int, threads: int) -> tuple[Any, list[Any]]:
     """A writer and the commit messages of `shards` task attempts, one tiny shard and index run each."""
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
     from spark_webdataset.dataset.tree import STAGED_INDEX_NAME, staged_shard_name
     from spark_webdataset.format.checksums import crc32c_extend, crc32c_text
     from spark_webdataset.format.sample_index import TASK_SCHEMA
@@ -108,7 +109,9 @@ def stage(uri: str, shards: int, threads: int) -> tuple[Any, list[Any]]:
         return writer, list(pool.map(one, range(shards)))
 
 
-def commit_contender(uri: str, shards: int, threads: int, stage_threads: int, server: psutil.Process | None) -> Contender:
+def commit_contender(
+    uri: str, shards: int, threads: int, stage_threads: int, server: psutil.Process | None
+) -> Contender:
     """Staging untimed (prepare), commit_job timed; its phases and the emulator's CPU reported."""
     from spark_webdataset.dataset import commit as commit_module
     from spark_webdataset.dataset import journal as journal_module
@@ -162,7 +165,9 @@ def merge_contender(total: int, runs: int) -> Contender:
     per_run = total // runs
     built = []
     for run in range(runs):
-        keys = pc.utf8_lpad(pc.cast(pa.array(np.arange(run, per_run * runs, runs)), pa.string()), 12, "0").cast(pa.large_string())
+        keys = pc.utf8_lpad(pc.cast(pa.array(np.arange(run, per_run * runs, runs)), pa.string()), 12, "0").cast(
+            pa.large_string()
+        )
         built.append([keys.slice(start, 65536) for start in range(0, len(keys), 65536)])
 
     def merge() -> None:
@@ -195,24 +200,49 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
     unit = {"unit": "shards", "scale": 1}
     if args.only in (None, "local"):
         compared = args.shards[min(1, len(args.shards) - 1)]
-        threads = {f"{t} thread{'s' if t > 1 else ''}": commit_contender(f"{workdir}/t{t}", compared, t, 4, None) for t in args.local_threads}
+        threads = {
+            f"{t} thread{'s' if t > 1 else ''}": commit_contender(f"{workdir}/t{t}", compared, t, 4, None)
+            for t in args.local_threads
+        }
         cases.append(measure(Case(f"local {compared} shards", threads, **unit), args, repeats=1, warmup=0))
-        counts = {f"{n} shards": commit_contender(f"{workdir}/v{n}", n, LocalStorage.concurrent_requests, 4, None) for n in args.shards}
+        counts = {
+            f"{n} shards": commit_contender(f"{workdir}/v{n}", n, LocalStorage.concurrent_requests, 4, None)
+            for n in args.shards
+        }
         cases.append(measure(Case("local", counts, min_rate=1000, **unit), args, repeats=1, warmup=0))
     if not args.no_gcs and args.only in (None, "gcs"):
         with emulator(BUCKET) as server:
             process = psutil.Process(server.process.pid)
-            counts = {f"{n} shards": commit_contender(f"gs://{BUCKET}/v{n}", n, args.gcs_threads, 16, process) for n in args.shards}
-            cases.append(measure(Case(f"gcs {args.gcs_threads} threads", counts, min_rate=200, **unit), args, repeats=1, warmup=0))
+            counts = {
+                f"{n} shards": commit_contender(f"gs://{BUCKET}/v{n}", n, args.gcs_threads, 16, process)
+                for n in args.shards
+            }
+            cases.append(
+                measure(
+                    Case(f"gcs {args.gcs_threads} threads", counts, min_rate=200, **unit), args, repeats=1, warmup=0
+                )
+            )
     if not args.no_s3 and args.only in (None, "s3"):
         with s3_server(BUCKET) as server:
             process = psutil.Process(server.process.pid)
-            counts = {f"{n} shards": commit_contender(f"s3://{BUCKET}/v{n}", n, args.s3_threads, 16, process) for n in args.shards}
-            cases.append(measure(Case(f"s3 {args.s3_threads} threads", counts, min_rate=200, **unit), args, repeats=1, warmup=0))
+            counts = {
+                f"{n} shards": commit_contender(f"s3://{BUCKET}/v{n}", n, args.s3_threads, 16, process)
+                for n in args.shards
+            }
+            cases.append(
+                measure(Case(f"s3 {args.s3_threads} threads", counts, min_rate=200, **unit), args, repeats=1, warmup=0)
+            )
     if args.only in (None, "merge"):
         merges = {f"{n:,} keys": merge_contender(n, args.key_runs) for n in args.keys}
-        cases.append(measure(Case(f"merge {args.key_runs} runs", merges, unit="keys", scale=1, min_rate=5e6), args, warmup=0))
-    return {"cases": cases, "notes": [g for c in cases if c["case"] in ("local",) or c["case"].startswith(("gcs", "s3")) if (g := growth(c))]}
+        cases.append(
+            measure(Case(f"merge {args.key_runs} runs", merges, unit="keys", scale=1, min_rate=5e6), args, warmup=0)
+        )
+    return {
+        "cases": cases,
+        "notes": [
+            g for c in cases if c["case"] in ("local",) or c["case"].startswith(("gcs", "s3")) if (g := growth(c))
+        ],
+    }
 
 
 BENCH = Benchmark("commit_scaling", __doc__, run, flags, quick, defaults={"repeats": 3, "warmup": 0})

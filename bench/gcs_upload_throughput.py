@@ -36,14 +36,28 @@ import base64
 import json
 import os
 import threading
-from typing import Any, Callable
-
-from harness import (
-    GIB, MIB, Benchmark, Case, Contender, NoopDataSource, Ratio, RssSampler, arrow_confs, emulator, main,
-    measure, parse_size, peak_rss_run, sha_frame, start_spark,
-)  # fmt: skip
+from collections.abc import Callable
+from typing import Any
 
 import psutil  # noqa: E402
+from harness import (
+    GIB,
+    MIB,
+    Benchmark,
+    Case,
+    Contender,
+    NoopDataSource,
+    Ratio,
+    RssSampler,
+    arrow_confs,
+    emulator,
+    main,
+    measure,
+    parse_size,
+    peak_rss_run,
+    sha_frame,
+    start_spark,
+)  # fmt: skip
 
 PIECE = MIB  # what a task's ShardWriter hands the stream per 1 MiB sample
 MEMORY_TARGET_MIB = 300
@@ -200,7 +214,10 @@ def s3_uploaders(local: str, bucket: str) -> dict[str, Callable[[str], str | Non
 
         with open(local, "rb") as source:
             data = source.read()
-        headers = {"x-amz-sdk-checksum-algorithm": "CRC32C", "x-amz-checksum-crc32c": crc32c_text(google_crc32c.value(data))}
+        headers = {
+            "x-amz-sdk-checksum-algorithm": "CRC32C",
+            "x-amz-checksum-crc32c": crc32c_text(google_crc32c.value(data)),
+        }
         response = client().request("PUT", bucket, name, headers=headers, body=data)
         assert response.status == 200, (name, response.status, response.body[:200])
         return name
@@ -232,7 +249,11 @@ def s3_upload_case(args: argparse.Namespace, workdir: str, server: Any, size: in
     def check(record: dict[str, Any]) -> None:
         if record["object"]:
             head = client().request("HEAD", bucket, record["object"], headers={"x-amz-checksum-mode": "ENABLED"})
-            found = (head.status, int(head.headers.get("content-length", -1)), head.headers.get("x-amz-checksum-crc32c"))
+            found = (
+                head.status,
+                int(head.headers.get("content-length", -1)),
+                head.headers.get("x-amz-checksum-crc32c"),
+            )
             assert found == (200, size, crc), (record["object"], found)
             client().request("DELETE", bucket, record["object"])
 
@@ -269,7 +290,9 @@ def memory_runs(args: argparse.Namespace, workdir: str, guard: MemoryGuard) -> d
             if target == "noop":
                 writer = writer.format("bench_arrow_noop").mode("append")
             else:
-                writer = writer.format("webdataset").option("maxShardBytes", str(args.memory_shard_bytes)).mode("overwrite")
+                writer = (
+                    writer.format("webdataset").option("maxShardBytes", str(args.memory_shard_bytes)).mode("overwrite")
+                )
             os.sync()
             entry = {"label": label, "uri": uri, "confs": arrow_confs(spark), **peak_rss_run(lambda: writer.save(uri))}
         finally:
@@ -284,7 +307,9 @@ def memory_runs(args: argparse.Namespace, workdir: str, guard: MemoryGuard) -> d
             entry.update(shards=len(manifest.shards), met=entry["peak_worker_rss_mib"] < MEMORY_TARGET_MIB)
             storage_for(uri).delete_tree(uri)
         results.append(entry)
-        verdict = "" if "met" not in entry else f" (target < {MEMORY_TARGET_MIB}: {'met' if entry['met'] else 'NOT met'})"
+        verdict = (
+            "" if "met" not in entry else f" (target < {MEMORY_TARGET_MIB}: {'met' if entry['met'] else 'NOT met'})"
+        )
         notes.append(f"memory {label:<34} {entry['seconds']:6.1f} s, {rows * args.memory_sample_bytes / 1e6 / entry['seconds']:6.1f}"
                      f" MB/s, peak worker RSS {entry['peak_worker_rss_mib']:6.1f} MiB{verdict}"
                      + (f", batches {entry['batches']}" if "batches" in entry else ""))  # fmt: skip
@@ -299,7 +324,9 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
         with emulator(BUCKET) as server:
             guard = MemoryGuard(server, args.min_available_bytes)
             try:
-                results["cases"] = [measure(upload_case(args, workdir, server, parse_size(s)), args) for s in args.sizes.split(",")]
+                results["cases"] = [
+                    measure(upload_case(args, workdir, server, parse_size(s)), args) for s in args.sizes.split(",")
+                ]
             finally:
                 results["upload_guard"] = guard.stop()
     if not args.skip_upload and not args.no_s3:

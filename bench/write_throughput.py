@@ -29,20 +29,42 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
-
-from harness import (
-    GIB, MIB, Benchmark, Case, Contender, NoopDataSource, Ratio, arrow_confs, cached, main, measure, parse_size,
-    peak_rss_run, profiled, random_batch, random_frame, start_spark, top_functions, tree_bytes,
-)  # fmt: skip
+from typing import Any
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
+from harness import (
+    GIB,
+    MIB,
+    Benchmark,
+    Case,
+    Contender,
+    NoopDataSource,
+    Ratio,
+    arrow_confs,
+    cached,
+    main,
+    measure,
+    parse_size,
+    peak_rss_run,
+    profiled,
+    random_batch,
+    random_frame,
+    start_spark,
+    top_functions,
+    tree_bytes,
+)  # fmt: skip
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage  # noqa: E402
 
 WRITERS = ("webdataset", "parquet", "workaround", "arrow-noop")
-TARGETS = {("small", "parquet"): 0.7, ("large", "parquet"): 1.0, ("small", "workaround"): 3.0, ("large", "workaround"): 3.0}
+TARGETS = {
+    ("small", "parquet"): 0.7,
+    ("large", "parquet"): 1.0,
+    ("small", "workaround"): 3.0,
+    ("large", "workaround"): 3.0,
+}
 MEMORY_TARGET_MIB = 300
 
 
@@ -100,7 +122,12 @@ def writers(df: Any, directory: str, max_shard_bytes: int) -> dict[str, Callable
         df.write.format("bench_arrow_noop").mode("append").save(os.path.join(directory, "report.json"))
 
     return {
-        "webdataset": lambda: df.write.format("webdataset").option("maxShardBytes", str(max_shard_bytes)).mode("overwrite").save(directory),
+        "webdataset": lambda: (
+            df.write.format("webdataset")
+            .option("maxShardBytes", str(max_shard_bytes))
+            .mode("overwrite")
+            .save(directory)
+        ),
         "parquet": lambda: df.write.option("compression", "none").mode("overwrite").parquet(directory),
         "workaround": workaround,
         "arrow-noop": noop,
@@ -132,7 +159,9 @@ def write_case(spark: Any, args: argparse.Namespace, workdir: str, name: str, ro
 
     chosen = [w for w in args.writers.split(",") if w]
     contenders = {w: Contender(runs[w], rows * size, prepare, check(w)) for w in chosen}
-    ratios = [Ratio("webdataset", b, TARGETS.get((name, b))) for b in WRITERS[1:] if b in chosen and "webdataset" in chosen]
+    ratios = [
+        Ratio("webdataset", b, TARGETS.get((name, b))) for b in WRITERS[1:] if b in chosen and "webdataset" in chosen
+    ]
     info = {"rows": rows, "sample_bytes": size, "partitions": args.partitions, "cached": sizes}
     result = measure(Case(name, contenders, ratios, worker_rss=True, info=info), args)
     df.unpersist(blocking=True)
@@ -146,7 +175,8 @@ def memory(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
     spark = start_spark(args.cores, workdir, args.driver_memory, sources=[NoopDataSource])
     try:
         frame = spark.range(rows, numPartitions=args.memory_partitions).selectExpr(
-            "format_string('%08d', id) AS __key__", f"CAST(randstr({args.memory_sample_bytes}, 7) AS BINARY) AS bin",
+            "format_string('%08d', id) AS __key__",
+            f"CAST(randstr({args.memory_sample_bytes}, 7) AS BINARY) AS bin",
             "CAST(id % 10 AS INT) AS cls",
         )  # made in the JVM (randstr: ~6 bits a byte), so no Python worker runs before the write
         df, sizes = cached(frame)
@@ -226,7 +256,9 @@ class ProfiledWriter(DataSourceArrowWriter):
             return profile.runcall(self.inner.write, iterator)
         finally:
             os.makedirs(self.directory, exist_ok=True)
-            profile.dump_stats(os.path.join(self.directory, f"p{context.partitionId()}-t{context.taskAttemptId()}.prof"))
+            profile.dump_stats(
+                os.path.join(self.directory, f"p{context.partitionId()}-t{context.taskAttemptId()}.prof")
+            )
 
     def commit(self, messages: list[Any]) -> None:
         self.inner.commit(messages)
@@ -267,10 +299,19 @@ def profile_case(spark: Any, args: argparse.Namespace, workdir: str, name: str, 
     top = top_functions(stats, args.profile_top)
     per_sample = phases(stats, rows)
     lines = [f"profile {name}, top by own {args.profile_clock} time:"]
-    lines += [f"  {e['tottime_s']:8.3f} s own {e['cumtime_s']:8.3f} s cum {e['calls']:>8}  {e['function']}" for e in top]
+    lines += [
+        f"  {e['tottime_s']:8.3f} s own {e['cumtime_s']:8.3f} s cum {e['calls']:>8}  {e['function']}" for e in top
+    ]
     lines += [f"profile {name}, us a sample by phase ({args.profile_clock} clock, summed over the tasks): "
               + ", ".join(f"{phase} {value:.2f}" for phase, value in per_sample.items())]  # fmt: skip
-    return {"case": name, "rows": rows, "sample_bytes": size, "top": top, "phases_us": per_sample, "note": "\n".join(lines)}
+    return {
+        "case": name,
+        "rows": rows,
+        "sample_bytes": size,
+        "top": top,
+        "phases_us": per_sample,
+        "note": "\n".join(lines),
+    }
 
 
 # The task's phases by the functions that do them (cumulative time; a function under another
@@ -315,7 +356,10 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
             args.output = str(Path(args.output).with_name("write_profile.json"))
             profiles = [profile_case(spark, args, workdir, c, *sizes[c]) for c in cases]
             return {"profiles": profiles, "notes": [p["note"] for p in profiles]}
-        results: dict[str, Any] = {"confs": arrow_confs(spark), "cases": [write_case(spark, args, workdir, c, *sizes[c]) for c in cases]}
+        results: dict[str, Any] = {
+            "confs": arrow_confs(spark),
+            "cases": [write_case(spark, args, workdir, c, *sizes[c]) for c in cases],
+        }
     finally:
         spark.stop()
     notes = []

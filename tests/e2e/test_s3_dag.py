@@ -7,7 +7,6 @@ import os
 
 import pytest
 
-
 pytestmark = pytest.mark.slow
 
 
@@ -15,8 +14,8 @@ def test_dag_run_to_s3(s3_bucket, digits_source, airflow_db, tmp_path, monkeypat
     """A config whose root is s3://: its DAG writes, validates and publishes there, and its Asset is the root."""
     import datetime
 
-    from tests.support.dataset_dags import dataset_dag, write_config
     from spark_webdataset.dataset.catalog import describe
+    from tests.support.dataset_dags import dataset_dag, write_config
 
     root = f"{s3_bucket}/digits"
     # its own dataset name: Airflow refuses one Asset name for two roots (the repo's digits is another)
@@ -61,10 +60,9 @@ def _published_events(dag_id: str) -> list:
     """The Asset events the DAG's runs wrote, oldest first, as a consumer task receives them (extra, timestamp)."""
     from types import SimpleNamespace
 
-    from sqlalchemy import select
-
     from airflow.models.asset import AssetEvent
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     with create_session() as session:
         query = select(AssetEvent).where(AssetEvent.source_dag_id == dag_id).order_by(AssetEvent.timestamp)

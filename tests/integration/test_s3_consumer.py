@@ -15,12 +15,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
 from spark_webdataset.airflow.consumer import read_latest, read_published, wids_through_storage
 from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.storage import storage_for
-
 from tests.support import REPO
 from tests.support.webdataset_ui_data import commit_table, digits_table
 
@@ -61,7 +61,9 @@ def s3_root(s3_bucket, tmp_path) -> dict:
         result = publish(root, version)
         extras[version] = {"version": version, "root": root, "uri": target.uri, "index": result.index_uri}
     assert Dataset(root).read_latest() == VERSIONS[-1]
-    shards = sorted(name for name in storage.list_sizes(Dataset(root).version(VERSIONS[0]).uri) if name.endswith(".tar"))
+    shards = sorted(
+        name for name in storage.list_sizes(Dataset(root).version(VERSIONS[0]).uri) if name.endswith(".tar")
+    )
     assert len(shards) >= 3
     return {"root": root, "extras": extras, "shards": shards}
 
@@ -109,6 +111,8 @@ def test_webdataset_streams_s3_shards_in_process_and_through_cat(s3_root, no_aws
     assert [sample["__key__"] for sample in wds.WebDataset(uris, shardshuffle=False)] == expected
     piped = wds.WebDataset([f"pipe:spark-webdataset cat {uri}" for uri in uris], shardshuffle=False)
     assert [sample["__key__"] for sample in piped] == expected
-    missing = subprocess.run(["spark-webdataset", "cat", version.path("nope.tar")], capture_output=True, text=True, timeout=120)
+    missing = subprocess.run(
+        ["spark-webdataset", "cat", version.path("nope.tar")], capture_output=True, text=True, timeout=120
+    )
     assert missing.returncode == 4 and "nope.tar: no such object" in missing.stderr
     assert not no_aws_cli.exists(), f"a CLI ran: {no_aws_cli.read_text()}"

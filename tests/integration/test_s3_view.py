@@ -19,7 +19,6 @@ from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 from spark_webdataset.storage import storage_for
 from spark_webdataset.storage.s3 import S3Storage
-
 from tests.support.webdataset_ui_data import commit_table, digits_table, write_digits_config
 
 VERSION = "20261201T000000Z"

@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import reject, settings
@@ -41,7 +40,13 @@ from spark_webdataset.cli import main as cli_main
 from spark_webdataset.errors import WebDatasetError, from_spark
 from tests.model import committer
 from tests.model.promise_model import (
-    EITHER, ERROR, HOSTILE_IDS, HOSTILE_KEYS, OK, Outcome, PromiseModel,
+    EITHER,
+    ERROR,
+    HOSTILE_IDS,
+    HOSTILE_KEYS,
+    OK,
+    Outcome,
+    PromiseModel,
 )  # fmt: skip
 from tests.model.storage_env import GcsEnv, LocalEnv, S3Env
 
@@ -190,15 +195,23 @@ class PromiseMachine(RuleBasedStateMachine):
     def _expect(self, call: str, outcome: Outcome, error: BaseException | None, tag: str = "") -> bool:
         """Check a call's result against the model's outcome; True when it succeeded."""
         if outcome.kind == OK and error is not None:
-            return broken(f"{tag}refused", True, f"{call}: the model expects success, got {type(error).__name__}: {error}")
+            return broken(
+                f"{tag}refused", True, f"{call}: the model expects success, got {type(error).__name__}: {error}"
+            )
         if outcome.kind == ERROR and error is None:
-            return broken(f"{tag}accepted", True, f"{call}: the model expects {outcome.error} ({outcome.why}); it succeeded")
+            return broken(
+                f"{tag}accepted", True, f"{call}: the model expects {outcome.error} ({outcome.why}); it succeeded"
+            )
         if outcome.kind == EITHER:
             return error is None
         if outcome.kind == ERROR and outcome.error != "WebDatasetError":
             expected = getattr(errors, outcome.error)
             if not isinstance(error, expected):
-                return broken(f"{tag}error-type", False, f"{call}: expected {outcome.error} ({outcome.why}), got {type(error).__name__}: {error}")
+                return broken(
+                    f"{tag}error-type",
+                    False,
+                    f"{call}: expected {outcome.error} ({outcome.why}), got {type(error).__name__}: {error}",
+                )
         return error is None
 
     def _deps(self, version: str) -> frozenset:
@@ -252,11 +265,15 @@ class PromiseMachine(RuleBasedStateMachine):
     def write(self, version, rows, overwrite, parent, change, retyped) -> None:
         """A write job (the data source's task and commit path, without Spark)."""
         if self.spark is not None and not retyped == 0 and self.step_no % SPARK_ODDS == SPARK_ODDS // 2:
-            return self.spark_write(version, rows, overwrite, parent if parent in (None, "LATEST") else parent, change, 0)
+            return self.spark_write(
+                version, rows, overwrite, parent if parent in (None, "LATEST") else parent, change, 0
+            )
         retyped = retyped == 0  # rarely: `bin` as a string
         if retyped:
             rows = {k: (t, None if b is None else b.hex().encode()) for k, (t, b) in rows.items()}
-        outcome, after = self.model.expect_write(version, rows, overwrite=overwrite, parent=parent, change=change, retyped=retyped)
+        outcome, after = self.model.expect_write(
+            version, rows, overwrite=overwrite, parent=parent, change=change, retyped=retyped
+        )
         _, error = _call(f"write {version}", committer.commit, self._uri(version), rows, overwrite=overwrite,
                          parent=parent, change=change, retyped=retyped)  # fmt: skip
         call = f"write {version} overwrite={overwrite} parent={parent} change={change} retyped={retyped} keys={sorted(rows)}"
@@ -273,7 +290,9 @@ class PromiseMachine(RuleBasedStateMachine):
         _, error = _call(f"write key {key!r}", committer.commit, self._uri(version), rows, overwrite=False)
         self._expect(f"write {version} key {key!r}", outcome, error, "hostile-key-")
         if error is not None and _without_tombstones(self.env, self.env.tree("ds")) != before:
-            return broken("refused-write-changed-root", False, f"a refused write of key {key!r} into {version} changed the root")
+            return broken(
+                "refused-write-changed-root", False, f"a refused write of key {key!r} into {version} changed the root"
+            )
 
     @rule(version=st.sampled_from(HOSTILE_IDS), overwrite=st.booleans())
     def write_hostile_id(self, version, overwrite) -> None:
@@ -282,12 +301,24 @@ class PromiseMachine(RuleBasedStateMachine):
         _, error = _call(f"write to versions/{version!r}", committer.commit, f"{self.env.root}/versions/{version}",
                          {"k00": ("x", b"y")}, overwrite=overwrite)  # fmt: skip
         if error is None:
-            return broken("hostile-id-accepted", True, f"a write to {self.env.root}/versions/{version!r} was accepted (not a version id)")
+            return broken(
+                "hostile-id-accepted",
+                True,
+                f"a write to {self.env.root}/versions/{version!r} was accepted (not a version id)",
+            )
         if not isinstance(error, errors.InputError):
-            return broken("hostile-id-error-type", False, f"a write to versions/{version!r}: expected an InputError, got {type(error).__name__}: {error}")
+            return broken(
+                "hostile-id-error-type",
+                False,
+                f"a write to versions/{version!r}: expected an InputError, got {type(error).__name__}: {error}",
+            )
         if self.env.tree("") != before:
             changed = set(self.env.tree("").items()) ^ set(before.items())
-            return broken("refused-write-changed-root", False, f"a refused write to versions/{version!r} changed storage: {sorted(changed)[:6]}")
+            return broken(
+                "refused-write-changed-root",
+                False,
+                f"a refused write to versions/{version!r} changed storage: {sorted(changed)[:6]}",
+            )
 
     @rule(
         version=st.sampled_from(IDS), first=st.tuples(row_sets, st.booleans(), st.sampled_from([None, "upsert", "delete"])),
@@ -304,17 +335,25 @@ class PromiseMachine(RuleBasedStateMachine):
                               overwrite=overwrite_a, parent=parent, change=change_a)  # fmt: skip
         if error is not None:  # refused at its start: B runs alone
             if expect_a.kind == OK:
-                return broken("race-start", True, f"race: job A refused at its start ({type(error).__name__}: {error}); the model expects success")
+                return broken(
+                    "race-start",
+                    True,
+                    f"race: job A refused at its start ({type(error).__name__}: {error}); the model expects success",
+                )
             self.write(version, rows_b, overwrite_b, parent, change_b, 1)
             return
         state_before = self.model.state(version)
         self.write(version, rows_b, overwrite_b, parent, change_b, 1)
         # a commit replaces the state (`_committed`); a count would miss B re-creating a retired id at 1
         moved = self.model.state(version) is not state_before
-        effective = change_a if self.model.resolve_parent(parent)[0] is not None else None  # no parent: a full build, an append
+        effective = (
+            change_a if self.model.resolve_parent(parent)[0] is not None else None
+        )  # no parent: a full build, an append
         outcome = self.model.racing_outcome(overwrite_a, effective) if moved else None
         after = None
-        alone, alone_after = self.model.expect_write(version, rows_a, overwrite=overwrite_a, parent=parent, change=change_a)
+        alone, alone_after = self.model.expect_write(
+            version, rows_a, overwrite=overwrite_a, parent=parent, change=change_a
+        )
         if outcome is None:
             outcome, after = alone, alone_after
         elif alone.kind == ERROR:  # it fails either way: which check speaks first is the product's choice
@@ -324,7 +363,12 @@ class PromiseMachine(RuleBasedStateMachine):
         if self._expect(call, outcome, error, "race-") and after is not None:
             self._committed(version, after)
 
-    @rule(version=st.sampled_from(IDS), step=st.sampled_from(sorted(FAULT_STEPS)), kill=st.booleans(), dice=st.integers(0, 9))
+    @rule(
+        version=st.sampled_from(IDS),
+        step=st.sampled_from(sorted(FAULT_STEPS)),
+        kill=st.booleans(),
+        dice=st.integers(0, 9),
+    )
     def frozen_or_killed_committer(self, version, step, kill, dice) -> None:
         """Committer A (a process of its own, lease 1 s) stops (SIGSTOP) or dies at a named fault point;
         B appends, taking the lock over (rolling A forward where A's journal decided it); A resumes."""
@@ -358,7 +402,11 @@ class PromiseMachine(RuleBasedStateMachine):
             _, stderr = process.communicate(timeout=120)
         if not kill:
             if decided and process.returncode != 0:
-                return broken("frozen-exit", False, f"committer frozen at {step} (decided, finished by B): exit {process.returncode}: {stderr[-500:]}")
+                return broken(
+                    "frozen-exit",
+                    False,
+                    f"committer frozen at {step} (decided, finished by B): exit {process.returncode}: {stderr[-500:]}",
+                )
             if not decided and (process.returncode != 3 or "Traceback" in stderr):
                 return broken("frozen-exit", False, f"committer frozen at {step} (not decided): exit {process.returncode}, "
                                     f"expected 3 with LostCommitLock/ConcurrentCommit: {stderr[-500:]}")  # fmt: skip
@@ -369,7 +417,11 @@ class PromiseMachine(RuleBasedStateMachine):
             if process.poll() is not None:
                 if kill and process.returncode == 17:
                     return
-                return broken("fault-process", True, f"committer ended before {step}: {process.returncode} {process.communicate()}")
+                return broken(
+                    "fault-process",
+                    True,
+                    f"committer ended before {step}: {process.returncode} {process.communicate()}",
+                )
             if not kill:
                 with open(f"/proc/{process.pid}/stat") as stat:
                     if stat.read().rsplit(")", 1)[1].split()[0] == "T":
@@ -394,15 +446,26 @@ class PromiseMachine(RuleBasedStateMachine):
             if change == "delete":
                 frame = self.spark.createDataFrame([(k,) for k in rows], "__key__ string")
             else:
-                frame = self.spark.createDataFrame([(k, t, b) for k, (t, b) in rows.items()], "__key__ string, txt string, bin binary")
-            writer = frame.coalesce(1).write.format("webdataset").option("maxSamplesPerShard", str(committer.SAMPLES_PER_SHARD))
+                frame = self.spark.createDataFrame(
+                    [(k, t, b) for k, (t, b) in rows.items()], "__key__ string, txt string, bin binary"
+                )
+            writer = (
+                frame.coalesce(1)
+                .write.format("webdataset")
+                .option("maxSamplesPerShard", str(committer.SAMPLES_PER_SHARD))
+            )
             for name, value in (("parent", parent), ("change", change)):
                 if value is not None:
                     writer = writer.option(name, value)
             writer.mode("overwrite" if overwrite else "append").save(self._uri(version))
 
         _, error = _call(f"spark write {version}", job)
-        if self._expect(f"spark write {version} overwrite={overwrite} parent={parent} change={change}", outcome, error, "spark-") and after:
+        if (
+            self._expect(
+                f"spark write {version} overwrite={overwrite} parent={parent} change={change}", outcome, error, "spark-"
+            )
+            and after
+        ):
             self._committed(version, after)
 
     # -- validate, publish, LATEST, retention ------------------------------------------------------
@@ -413,9 +476,15 @@ class PromiseMachine(RuleBasedStateMachine):
         args = ["validate", self._uri(version), "--workers", "1", "--quiet"] + (["--require", "bin"] if require else [])
         code, out, err = _cli(*args)
         if verdict == OK and code != 0:
-            return broken("validate-verdict", False, f"{' '.join(args)}: the model says valid; exit {code}: {(out + err)[-600:]}")
+            return broken(
+                "validate-verdict", False, f"{' '.join(args)}: the model says valid; exit {code}: {(out + err)[-600:]}"
+            )
         if verdict == ERROR and code == 0:
-            return broken("validate-verdict", False, f"{' '.join(args)}: the model says invalid (tampered or a sample without bin); it passed")
+            return broken(
+                "validate-verdict",
+                False,
+                f"{' '.join(args)}: the model says invalid (tampered or a sample without bin); it passed",
+            )
         state = self.model.state(version)
         if state.committed and not state.live and not state.retired:  # it wrote its report: publish relies on it
             state.validated = (state.commits, code == 0)
@@ -426,9 +495,15 @@ class PromiseMachine(RuleBasedStateMachine):
         code, out, err = _cli("publish", self.env.root, version, "--logical-date", date)
         error = None if code == 0 else RuntimeError(err.strip()[-400:])
         if outcome.kind == ERROR and code == 0:
-            return broken("publish-accepted", True, f"publish {version}: the model expects a refusal ({outcome.why}); it published: {out}")
+            return broken(
+                "publish-accepted",
+                True,
+                f"publish {version}: the model expects a refusal ({outcome.why}); it published: {out}",
+            )
         if outcome.kind == OK and code != 0:
-            return broken("publish-refused", True, f"publish {version}: the model expects success; exit {code}: {error}")
+            return broken(
+                "publish-refused", True, f"publish {version}: the model expects success; exit {code}: {error}"
+            )
         if code != 0:
             return
         state = self.model.state(version)
@@ -442,7 +517,9 @@ class PromiseMachine(RuleBasedStateMachine):
         outcome = Outcome(OK) if self.model.state(version).live else Outcome(ERROR, "PublishRefused", "not published")
         code, out, err = _cli("latest", self.env.root, "--set", version, "--by", "machine")
         if (code == 0) != (outcome.kind == OK):
-            return broken("latest-set", True, f"latest --set {version}: model {outcome.kind}, exit {code}: {(out + err)[-400:]}")
+            return broken(
+                "latest-set", True, f"latest --set {version}: model {outcome.kind}, exit {code}: {(out + err)[-400:]}"
+            )
         if code == 0:
             self.model.latest = version
 
@@ -452,7 +529,11 @@ class PromiseMachine(RuleBasedStateMachine):
             outcome = self.model.expect_pin(version)
             code, out, err = _cli("pin", self.env.root, version, "--by", "machine")
             if (code == 0) != (outcome.kind == OK):
-                return broken("pin", True, f"pin {version}: model {outcome.kind} ({outcome.why}), exit {code}: {(out + err)[-400:]}")
+                return broken(
+                    "pin",
+                    True,
+                    f"pin {version}: model {outcome.kind} ({outcome.why}), exit {code}: {(out + err)[-400:]}",
+                )
             if code == 0:
                 self.model.pins.add(version)
         else:
@@ -483,10 +564,14 @@ class PromiseMachine(RuleBasedStateMachine):
         # beyond the model's: what is left of a version retired earlier (freed once no kept version holds
         # it), and directories holding no committed version (leftovers, flagged by the invariant)
         earlier = {v for v, s in self.model.versions.items() if s.retired}
-        leftovers = {v for v, s in self.model.versions.items() if not s.committed} | (said[1] - set(self.model.versions))
+        leftovers = {v for v, s in self.model.versions.items() if not s.committed} | (
+            said[1] - set(self.model.versions)
+        )
         stray = {v for v in removed if self.model.state(v).stray_job}  # a killed committer's lease: "live" to gc
         if not (retired <= said[0] <= retired | earlier and removed - stray <= said[1] <= removed | leftovers):
-            return broken("gc-decision", True, f"{' '.join(args)}: retired/removed {said}, the model says {(retired, removed)}")
+            return broken(
+                "gc-decision", True, f"{' '.join(args)}: retired/removed {said}, the model says {(retired, removed)}"
+            )
         if dry_run:
             if self.env.tree("ds") != before:
                 return broken("gc-dry-run", True, f"{' '.join(args)}: a dry run changed the root")
@@ -527,7 +612,11 @@ class PromiseMachine(RuleBasedStateMachine):
         if state.committed and not state.retired and not self.model.is_tampered(version):
             want = key in state.content
             if (code == 0) != want:
-                return broken("get", False, f"get {version} {key}: exit {code}, the model {'holds' if want else 'lacks'} it: {err[-300:]}")
+                return broken(
+                    "get",
+                    False,
+                    f"get {version} {key}: exit {code}, the model {'holds' if want else 'lacks'} it: {err[-300:]}",
+                )
             if want and json.loads(out)["key"] != key:
                 return broken("get", False, f"get {version} {key} answered {out}")
 
@@ -538,18 +627,32 @@ class PromiseMachine(RuleBasedStateMachine):
         tampered = self.model.is_tampered(version)
         if error is not None:
             if not tampered:
-                return broken("read-failed", True, f"{call}: {version} is intact; the read failed with {type(error).__name__}: {error}")
+                return broken(
+                    "read-failed",
+                    True,
+                    f"{call}: {version} is intact; the read failed with {type(error).__name__}: {error}",
+                )
             return
         got = {}
         for row in rows:
             key = row["__key__"]
-            got[key] = {k: (v.encode() if isinstance(v, str) else bytes(v)) for k, v in row.items() if k != "__key__" and v is not None}
+            got[key] = {
+                k: (v.encode() if isinstance(v, str) else bytes(v))
+                for k, v in row.items()
+                if k != "__key__" and v is not None
+            }
         if tampered:
             wrong = {k: v for k, v in got.items() if expected.get(k) != v}
             if wrong:
-                return broken("changed-bytes", False, f"{call}: tampered {version} returned changed bytes for {sorted(wrong)[:5]}")
+                return broken(
+                    "changed-bytes", False, f"{call}: tampered {version} returned changed bytes for {sorted(wrong)[:5]}"
+                )
             if whole and set(got) != set(expected):
-                return broken("partial-read", False, f"{call}: tampered {version} returned {len(got)} of {len(expected)} samples without an error")
+                return broken(
+                    "partial-read",
+                    False,
+                    f"{call}: tampered {version} returned {len(got)} of {len(expected)} samples without an error",
+                )
             return
         if got != expected:
             diff = sorted(k for k in set(got) | set(expected) if got.get(k) != expected.get(k))
@@ -583,12 +686,15 @@ class PromiseMachine(RuleBasedStateMachine):
         urls = []
         for entry in json.loads(data)["shardlist"]:
             url = entry["url"]
-            urls.append(f"{self.env.root}/versions/{url[3:]}" if url.startswith("../") else f"{self._uri(version)}/{url}")
+            urls.append(
+                f"{self.env.root}/versions/{url[3:]}" if url.startswith("../") else f"{self._uri(version)}/{url}"
+            )
         return urls
 
     def _read_webdataset(self, version: str) -> None:
-        import webdataset as wds
         import importlib
+
+        import webdataset as wds
 
         gopen = importlib.import_module("webdataset.gopen")
 
@@ -686,7 +792,11 @@ class PromiseMachine(RuleBasedStateMachine):
         # the publish records are the model's published versions
         published, error = _call("Dataset.published_ids", Dataset(self.env.root).published_ids)
         if error is not None or set(published or []) != {v for v, s in model.versions.items() if s.live}:
-            return broken("records", True, f"published records {published} ({error}); the model: {sorted(v for v, s in model.versions.items() if s.live)}")
+            return broken(
+                "records",
+                True,
+                f"published records {published} ({error}); the model: {sorted(v for v, s in model.versions.items() if s.live)}",
+            )
         # a published directory never changes (but for the files the machine tampered with)
         for version, files in self.sealed.items():
             now = {k: v for k, v in self._version_tree(version).items() if (version, k) not in model.tampered}
@@ -698,7 +808,11 @@ class PromiseMachine(RuleBasedStateMachine):
         known = {v for v, s in model.versions.items() if s.committed or s.retired}
         present = self.env.dirs("ds/versions")
         if not present <= known:
-            broken("leftover-dir", False, f"version directories {sorted(present - known)} hold no committed version (leftovers)")
+            broken(
+                "leftover-dir",
+                False,
+                f"version directories {sorted(present - known)} hold no committed version (leftovers)",
+            )
         missing = {v for v, s in model.versions.items() if s.committed and not s.retired} - present
         if missing:
             return broken("committed-gone", True, f"committed versions {sorted(missing)} are gone")
@@ -741,7 +855,9 @@ def _run(env, spark) -> None:
             # the emulator's requests make a GCS step ~5x a local one: half the examples keep both near 2 minutes;
             # an S3 step (moto) costs about as much as a GCS one: the same half (2026-12-05, load 4.9: s3 46 s, gcs 39 s)
             examples = settings.default.max_examples // EXAMPLE_DIVISOR.get(env.name, 1)
-            run_state_machine_as_test(PromiseMachine, settings=settings(settings.default, max_examples=max(1, examples)))
+            run_state_machine_as_test(
+                PromiseMachine, settings=settings(settings.default, max_examples=max(1, examples))
+            )
             return
         while time.monotonic() - started < minutes * 60:
             try:
@@ -751,14 +867,18 @@ def _run(env, spark) -> None:
                 steps = "\n".join(getattr(failure, "__notes__", []))
                 for inner in getattr(failure, "exceptions", ()):  # a FlakyFailure's first and later runs
                     steps += f"\n  sub-exception {type(inner).__name__}: {str(inner)[:800]}"
-                _report(f"FAILURE {len(failures)} on {env.name}: {type(failure).__name__}: {str(failure)[:1500]}\n{steps}")
+                _report(
+                    f"FAILURE {len(failures)} on {env.name}: {type(failure).__name__}: {str(failure)[:1500]}\n{steps}"
+                )
         assert not failures, f"{len(failures)} failures; see the report above"
     finally:
         took = time.monotonic() - started
-        _report(f"promise machine on {env.name}: {STATS['examples'] - before['examples']} examples, "
-                f"{STATS['steps'] - before['steps']} steps, {STATS['spark_jobs'] - before['spark_jobs']} Spark jobs, "
-                f"{STATS['subprocesses'] - before['subprocesses']} fault processes, {len(failures)} failures in {took:.0f} s"
-                + (f"; tolerated {dict(TOLERATED)}" if TOLERATED else ""))
+        _report(
+            f"promise machine on {env.name}: {STATS['examples'] - before['examples']} examples, "
+            f"{STATS['steps'] - before['steps']} steps, {STATS['spark_jobs'] - before['spark_jobs']} Spark jobs, "
+            f"{STATS['subprocesses'] - before['subprocesses']} fault processes, {len(failures)} failures in {took:.0f} s"
+            + (f"; tolerated {dict(TOLERATED)}" if TOLERATED else "")
+        )
 
 
 def test_promise_on_local_disk(machine_spark, tmp_path) -> None:

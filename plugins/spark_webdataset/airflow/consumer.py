@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..dataset.layout import Dataset
 
@@ -55,7 +55,9 @@ def _open_through_storage(url: str, mode: str = "rb", bufsize: int = 8192, **_: 
     from ..storage import storage_for
 
     if mode != "rb":
-        raise InputError(f"{url}: webdataset may only read through our storage (mode {mode!r}); write with the data source")
+        raise InputError(
+            f"{url}: webdataset may only read through our storage (mode {mode!r}); write with the data source"
+        )
     return storage_for(url).open_read(url)
 
 

@@ -40,9 +40,11 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
+from .. import fault_points
 from ..errors import (
     ChecksumMismatch,
     ConcurrentCommit,
@@ -55,12 +57,13 @@ from ..errors import (
 from ..format.checksums import SHA256
 from ..format.manifest import Manifest, ShardEntry
 from ..format.shard_writer import ShardInfo
-from .. import fault_points
 from .changes import APPEND, DELETE, ChangePlan, plan_change, rewrite_shards, unique_keys
 from .index_merge import merge_index, task_index_rows, task_keys, version_index_rows
 from .journal import Journal, JournalState, apply, digest, has_landed, journal_job, journal_state, roll_forward
 from .layout import Version
+from .lock import DEFAULT_LEASE_SECONDS, CommitLock
 from .paths import _normalized
+from .staging import remove_staging
 from .tree import (
     sample_index_path,
     sample_index_serial,
@@ -69,8 +72,6 @@ from .tree import (
     staged_sample_index_name,
     staged_shard_name,
 )
-from .lock import DEFAULT_LEASE_SECONDS, CommitLock
-from .staging import remove_staging
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -111,7 +112,7 @@ class Base:
     digest: str | None  # sha256 of the manifest; None: the version had none
 
     @classmethod
-    def read(cls, version: Version) -> "Base":
+    def read(cls, version: Version) -> Base:
         data, _ = version.read_manifest_bytes()
         return cls(digest(data))
 
@@ -176,7 +177,7 @@ class Snapshot:
     base_index: IndexRows | None  # reads the base's sample index rows (a change reads them more than once)
 
     @classmethod
-    def read(cls, version: Version, request: CommitRequest) -> "Snapshot":
+    def read(cls, version: Version, request: CommitRequest) -> Snapshot:
         manifest_bytes, _ = version.read_manifest_bytes()
         fault_points.point("commit:manifest-read")
         _check_base(version, request, manifest_bytes)
@@ -223,7 +224,9 @@ def commit_job(request: CommitRequest) -> Manifest | None:
             _remove_staging(request)
         if not landed:
             raise
-        log.warning("webdataset: lost the commit lock of %s, but another committer finished job %s", version.uri, request.job_id)
+        log.warning(
+            "webdataset: lost the commit lock of %s, but another committer finished job %s", version.uri, request.job_id
+        )
     _remove_staging(request)
     manifest = journal.parsed_manifest
     log.info(
@@ -256,7 +259,9 @@ def _claim_journal_slot(version: Version, journal: Journal) -> object:
     try:
         version.storage.create_only(version.journal_uri, journal.to_json())
     except PreconditionFailed:
-        raise ConcurrentCommit(f"{version.uri}: another commit ({journal_job(version)}) decided first; write again") from None
+        raise ConcurrentCommit(
+            f"{version.uri}: another commit ({journal_job(version)}) decided first; write again"
+        ) from None
     _, token = version.storage.read_versioned(version.journal_uri)
     return token
 
@@ -288,7 +293,7 @@ class CommitPlan:
     rewritten: dict[str, ShardEntry]  # a change's rewritten shards, by name
 
     @classmethod
-    def make(cls, version: Version, request: CommitRequest, snapshot: Snapshot, lock: CommitLock) -> "CommitPlan":
+    def make(cls, version: Version, request: CommitRequest, snapshot: Snapshot, lock: CommitLock) -> CommitPlan:
         attempts = sorted(request.attempts, key=lambda m: m.partition)
         base = snapshot.base
         deleting = request.change == DELETE
@@ -301,9 +306,15 @@ class CommitPlan:
             if deleting:
                 given = sum(m.deleted_rows for m in attempts)  # a delete's task keeps each key once
             first = _first_free_number(base) + sum(len(shard_names) for shard_names in names)
-            change = plan_change(request.change, keys, given, base, snapshot.base_index, version, first, request.staging_root)
+            change = plan_change(
+                request.change, keys, given, base, snapshot.base_index, version, first, request.staging_root
+            )
             lock.check()
-        rewritten = rewrite_shards(version, change, version.storage.concurrent_requests, lock.renew, _sha256(request, base)) if change else {}
+        rewritten = (
+            rewrite_shards(version, change, version.storage.concurrent_requests, lock.renew, _sha256(request, base))
+            if change
+            else {}
+        )
         return cls(version, request, snapshot, attempts, names, change, rewritten)
 
     @property
@@ -315,7 +326,7 @@ class CommitPlan:
         """The next index from the base's rows (less what a change removes) and the tasks' rows,
         staged in the job's directory; raise on a duplicate key. (its staged path, its size)"""
         version, request, snapshot, change = self.version, self.request, self.snapshot, self.change
-        runs: list[Iterator["pa.RecordBatch"]] = []
+        runs: list[Iterator[pa.RecordBatch]] = []
         owners: list[str] = []
         if snapshot.base_index is not None and snapshot.base is not None:
             runs.append(change.base_rows(snapshot.base_index()) if change else snapshot.base_index())
@@ -340,7 +351,9 @@ class CommitPlan:
         entries: list[ShardEntry] = []
         for attempt, shard_names in zip(self.attempts, self.names):
             for shard, name in zip(attempt.shards, shard_names):
-                renames.append((_relative(version, version.storage.join(attempt.staging, staged_shard_name(shard.sequence))), name))
+                renames.append(
+                    (_relative(version, version.storage.join(attempt.staging, staged_shard_name(shard.sequence))), name)
+                )
                 entries.append(ShardEntry.written(shard, name, attempt.keys_ascending))
         staged_index, index_bytes = index
         sample_index = sample_index_path(sample_index_serial(staged_index))
@@ -369,7 +382,9 @@ class CommitPlan:
                 **_change_record(previous_run, change, entries),
             },
         )
-        return Journal.planned(request.job_id, request.overwrite, renames, manifest, digest(self.snapshot.manifest_bytes))
+        return Journal.planned(
+            request.job_id, request.overwrite, renames, manifest, digest(self.snapshot.manifest_bytes)
+        )
 
 
 def _sha256(request: CommitRequest, base: Manifest | None) -> bool | None:
@@ -401,7 +416,11 @@ def _check_base(version: Version, request: CommitRequest, current: bytes | None)
     except Exception:  # noqa: BLE001 - only for the message; the manifest is checked where it is used
         by = None
     what = "overwrite" if request.overwrite else request.change
-    moved = f"job {by} committed to it" if by else ("its manifest was removed" if current is None else "its manifest changed")
+    moved = (
+        f"job {by} committed to it"
+        if by
+        else ("its manifest was removed" if current is None else "its manifest changed")
+    )
     raise ConcurrentCommit(
         f"{version.uri}: the {what} of job {request.job_id} was planned against "
         f"{'no manifest' if request.base.digest is None else 'manifest sha256 ' + request.base.digest}, "
@@ -460,7 +479,9 @@ def _shard_names(messages: list[StagedAttempt], existing: Manifest | None) -> li
     return names
 
 
-def _base(version: Version, request: CommitRequest, existing: Manifest | None) -> tuple[Manifest | None, IndexRows | None]:
+def _base(
+    version: Version, request: CommitRequest, existing: Manifest | None
+) -> tuple[Manifest | None, IndexRows | None]:
     """What the commit builds on: the version's manifest (an append), or its parent's with every
     shard a reference (a new version with a parent); and how to read that manifest's index rows
     (a change reads them more than once)."""
@@ -493,7 +514,9 @@ def _base(version: Version, request: CommitRequest, existing: Manifest | None) -
     return referenced, lambda: version_index_rows(parent_version, parent_index, parent=request.parent)
 
 
-def _change_record(previous_run: dict[str, Any], change: ChangePlan | None, entries: list[ShardEntry]) -> dict[str, Any]:
+def _change_record(
+    previous_run: dict[str, Any], change: ChangePlan | None, entries: list[ShardEntry]
+) -> dict[str, Any]:
     """The run section's `change` (this commit's) and `changes` (every change commit of the version,
     in order: a day's upsert and delete may be two commits of one version)."""
     if change is None:

@@ -7,8 +7,9 @@ import itertools
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import DuplicateKey
 from ..format.keys import first_duplicate_in_blocks, merge_blocks
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-def task_keys(version: Version, path: str) -> "pa.Array":
+def task_keys(version: Version, path: str) -> pa.Array:
     """A task's keys, from its index rows."""
     import pyarrow as pa
 
@@ -27,7 +28,7 @@ def task_keys(version: Version, path: str) -> "pa.Array":
     return table.column(0).combine_chunks()
 
 
-def task_index_rows(version: Version, path: str, names: list[str]) -> Iterator["pa.RecordBatch"]:
+def task_index_rows(version: Version, path: str, names: list[str]) -> Iterator[pa.RecordBatch]:
     """A task's sorted index rows, its shard numbers turned into the shards' final names."""
     import pyarrow as pa
 
@@ -39,7 +40,7 @@ def task_index_rows(version: Version, path: str, names: list[str]) -> Iterator["
             yield named_rows(batch, shard_names).cast(MERGE_SCHEMA)
 
 
-def version_index_rows(version: Version, path: str, parent: str | None = None) -> Iterator["pa.RecordBatch"]:
+def version_index_rows(version: Version, path: str, parent: str | None = None) -> Iterator[pa.RecordBatch]:
     """A version's index rows; read from a `parent`, its own shards' locations become references."""
     import pyarrow.compute as pc
 
@@ -56,15 +57,12 @@ def version_index_rows(version: Version, path: str, parent: str | None = None) -
             yield batch
 
 
-
-def merge_index(
-    version: Version, runs: list[Iterator["pa.RecordBatch"]], owners: list[str], staged: str
-) -> int:
+def merge_index(version: Version, runs: list[Iterator[pa.RecordBatch]], owners: list[str], staged: str) -> int:
     """Merge the sorted `runs` (`owners[i]` names run i in an error) into one index staged at
     `staged`; raise DuplicateKey on a key in two runs. Its size in bytes."""
     from ..format.sample_index import write_index
 
-    def merged() -> Iterator["pa.RecordBatch"]:
+    def merged() -> Iterator[pa.RecordBatch]:
         started = _started_together(runs, version.storage.concurrent_requests)
         for rows, found in first_duplicate_in_blocks(merge_blocks(started)):
             if found:
@@ -83,14 +81,14 @@ def merge_index(
         return os.path.getsize(local)
 
 
-def _started_together(runs: list[Iterator["pa.RecordBatch"]], threads: int) -> list[Iterator["pa.RecordBatch"]]:
+def _started_together(runs: list[Iterator[pa.RecordBatch]], threads: int) -> list[Iterator[pa.RecordBatch]]:
     """Each run opened and its first block read, `threads` at a time: the merge needs every
     run's first block before its first round, and on gs:// each costs round trips (memory is
     the same: one block per run)."""
     if threads <= 1 or len(runs) <= 1:
         return runs
 
-    def start(run: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
+    def start(run: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         first = next(run, None)
         return iter(()) if first is None else itertools.chain([first], run)
 

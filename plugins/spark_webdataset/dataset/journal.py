@@ -18,12 +18,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import cached_property
 
+from .. import fault_points
 from ..errors import ConcurrentCommit, NotCommitted, PreconditionFailed
 from ..format.manifest import Manifest, ShardEntry
-from .. import fault_points
 from .layout import Version
-from .tree import is_shard_name
 from .lock import CommitLock
+from .tree import is_shard_name
 
 log = logging.getLogger(__name__)
 JOURNAL_KIND = "spark-webdataset-commit-journal-v2"
@@ -49,7 +49,7 @@ class Journal:
     @classmethod
     def planned(
         cls, job_id: str, overwrite: bool, renames: list[tuple[str, str]], manifest: Manifest, base: str | None
-    ) -> "Journal":
+    ) -> Journal:
         """A commit's journal from its plan: the manifest serialised once, and kept as the value it is."""
         journal = cls(job_id, overwrite, renames, manifest.to_json(), base)
         journal.parsed_manifest = manifest
@@ -73,7 +73,7 @@ class Journal:
         ).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> "Journal":
+    def from_json(cls, data: bytes) -> Journal:
         document = json.loads(data)
         return cls(
             job_id=document["job_id"],
@@ -130,7 +130,9 @@ def roll_forward(version: Version, lock: CommitLock) -> bool:
     state = journal_state(journal, current)
     if state is JournalState.STALE or (state is JournalState.PENDING and version.is_sealed()):
         log.warning(
-            "webdataset: discarding the journal of job %s in %s: %s", journal.job_id, version.uri,
+            "webdataset: discarding the journal of job %s in %s: %s",
+            journal.job_id,
+            version.uri,
             "the version is sealed" if state is JournalState.PENDING else "it was planned against another manifest",
         )
         storage.delete_if(version.journal_uri, token)
@@ -217,7 +219,9 @@ def _sweep(version: Version, journal: Journal, lock: CommitLock, found: Listing 
     keep = {manifest.sample_index.rsplit("/", 1)[-1]} if manifest.sample_index else set()
     lock.check()
     if found is None:
-        found = [(directory, storage.identities(directory)) for directory in (version.uri, version.sample_index_dir_uri)]
+        found = [
+            (directory, storage.identities(directory)) for directory in (version.uri, version.sample_index_dir_uri)
+        ]
     committed, committed_index = _in_place(version)
     listed |= committed
     keep |= committed_index
@@ -287,7 +291,9 @@ def _rename_one(version: Version, journal: Journal, staged: str, final: str, loc
                 "shard the overwrite replaces) to commit job %s", target, journal.job_id,
             )  # fmt: skip
             storage.delete_if_identity(target, identity)
-    raise ConcurrentCommit(f"{version.uri}: {final} is taken by another commit; job {journal.job_id} cannot name its shard")
+    raise ConcurrentCommit(
+        f"{version.uri}: {final} is taken by another commit; job {journal.job_id} cannot name its shard"
+    )
 
 
 def rename_all(version: Version, journal: Journal, lock: CommitLock) -> None:
@@ -318,7 +324,7 @@ def rename_all(version: Version, journal: Journal, lock: CommitLock) -> None:
             raise
 
 
-def _settle(pending: set["Future[None]"], lock: CommitLock) -> set["Future[None]"]:
+def _settle(pending: set[Future[None]], lock: CommitLock) -> set[Future[None]]:
     """Wait for at least one rename to end; raise the first failure; renew the lease."""
     done, rest = wait(pending, return_when=FIRST_COMPLETED)
     for future in done:

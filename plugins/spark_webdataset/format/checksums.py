@@ -13,8 +13,9 @@ import base64
 import hashlib
 import io
 import threading
+from collections.abc import Iterable
 from itertools import accumulate
-from typing import BinaryIO, Iterable
+from typing import BinaryIO
 
 import numpy as np
 from google_crc32c import extend as _extend
@@ -174,7 +175,7 @@ class Crc32cReader(io.RawIOBase):
         self.count += got
         return got
 
-    def finish(self, piece: int = 1 << 20) -> "Crc32cReader":
+    def finish(self, piece: int = 1 << 20) -> Crc32cReader:
         """Read (and checksum) the rest of the stream, a piece at a time."""
         buffer = bytearray(piece)
         while self.readinto(buffer):

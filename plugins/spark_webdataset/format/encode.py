@@ -81,13 +81,18 @@ def _encode_timestamp(column: pa.Array) -> pa.Array:
 
 # Binary inside JSON is base64 text, both ways (decode.py reads it back by the same set).
 BINARY_TYPE_IDS = frozenset(t.id for t in (pa.binary(), pa.large_binary(), pa.binary_view(), pa.binary(1)))
-_JSON_LEAF_TYPES = _TEXT_TYPES + _BINARY_TYPES + _NUMBER_TYPES + (
-    pa.types.is_fixed_size_binary,
-    pa.types.is_boolean,
-    pa.types.is_null,
-    pa.types.is_date,
-    pa.types.is_timestamp,
-    pa.types.is_time,
+_JSON_LEAF_TYPES = (
+    _TEXT_TYPES
+    + _BINARY_TYPES
+    + _NUMBER_TYPES
+    + (
+        pa.types.is_fixed_size_binary,
+        pa.types.is_boolean,
+        pa.types.is_null,
+        pa.types.is_date,
+        pa.types.is_timestamp,
+        pa.types.is_time,
+    )
 )
 
 

@@ -21,8 +21,9 @@ import collections
 import contextlib
 import io
 import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -57,7 +58,17 @@ MERGE_SCHEMA = pa.schema([("key", pa.large_string()), *list(INDEX_SCHEMA)[1:]])
 MAX_BLOCK_BYTES = 64 << 20
 MAX_BLOCK_ROWS = 1 << 20
 # What reading a damaged parquet file raises (pyarrow's errors are ValueError/OSError subclasses).
-_DAMAGE = (pa.ArrowException, OSError, ValueError, TypeError, KeyError, IndexError, MemoryError, EOFError, OverflowError)
+_DAMAGE = (
+    pa.ArrowException,
+    OSError,
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    MemoryError,
+    EOFError,
+    OverflowError,
+)
 
 
 def task_rows(keys: pa.Array, shard: int, offsets, lengths, crcs) -> pa.RecordBatch:
@@ -149,9 +160,12 @@ def check_entry(entry: Entry, shard_bytes: Mapping[str, int], index: str) -> Ent
     a shard the manifest lists (`shard_bytes`: location -> its bytes), an offset and a length on
     tar blocks, the sample inside the shard, a crc32c. Checked before any byte is read, so a
     damaged row costs no request and no allocation of its length."""
+
     def refuse(rule: str) -> CorruptIndex:
-        return CorruptIndex(f"{index}: the row of sample {entry.key!r} ({entry.shard!r}, offset {entry.offset}, "
-                            f"length {entry.length}) {rule}: the index is damaged")
+        return CorruptIndex(
+            f"{index}: the row of sample {entry.key!r} ({entry.shard!r}, offset {entry.offset}, "
+            f"length {entry.length}) {rule}: the index is damaged"
+        )
 
     size = shard_bytes.get(entry.shard) if isinstance(entry.shard, str) else None
     if size is None:
@@ -214,8 +228,10 @@ class _Keys:
 class _Block:
     def __init__(self, table: pa.Table, rows: int, name: str) -> None:
         if table.num_rows != rows or table.column("key").null_count:
-            raise CorruptIndex(f"{name}: a block of {table.num_rows} rows (the footer says {rows}) "
-                               f"with {table.column('key').null_count} null keys: the index is damaged")
+            raise CorruptIndex(
+                f"{name}: a block of {table.num_rows} rows (the footer says {rows}) "
+                f"with {table.column('key').null_count} null keys: the index is damaged"
+            )
         table = table.combine_chunks()
         self.table = table
         self.keys = table.column("key").chunk(0) if table.num_rows else pa.array([], pa.string())
@@ -393,7 +409,18 @@ def index_block_rows(source: BinaryIO | bytes, name: str | None = None) -> Itera
 
 
 __all__ = [
-    "BLOCK_ROWS", "Entry", "INDEX_SCHEMA", "IndexFile", "MERGE_SCHEMA", "TASK_SCHEMA", "check_entry", "concat_rows",
-    "damage_named", "key_column", "named_rows", "task_rows",
-    "write_index", "write_task_run",
+    "BLOCK_ROWS",
+    "Entry",
+    "INDEX_SCHEMA",
+    "IndexFile",
+    "MERGE_SCHEMA",
+    "TASK_SCHEMA",
+    "check_entry",
+    "concat_rows",
+    "damage_named",
+    "key_column",
+    "named_rows",
+    "task_rows",
+    "write_index",
+    "write_task_run",
 ]

@@ -17,9 +17,10 @@ import hashlib
 import io
 import logging
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import BinaryIO, Callable, Sequence
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +29,6 @@ import pyarrow.compute as pc
 from ..errors import InvalidField, InvalidKey, InvalidMemberName
 from . import ustar
 from .checksums import CRC32C, SHA256, crc32c_prefixes, crc32c_text, slice_crcs
-from .sample_index import task_rows
 from .names import (
     INVALID_KEY_PATTERN,
     USTAR_NAME_BYTES,
@@ -38,6 +38,7 @@ from .names import (
     member_name,
     member_name_error,
 )
+from .sample_index import task_rows
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,9 @@ class _HashingSink:
         self._fd = _file_descriptor(stream)
 
     def write(self, data: bytes | np.ndarray) -> None:
-        if isinstance(data, np.ndarray) and len(data) > GROUP_BYTES:  # a large buffer: hashed and written a group at a time
+        if (
+            isinstance(data, np.ndarray) and len(data) > GROUP_BYTES
+        ):  # a large buffer: hashed and written a group at a time
             self.write_slices(data, np.arange(0, len(data) + GROUP_BYTES, GROUP_BYTES).clip(max=len(data)))
         else:
             self.write_pieces((data if isinstance(data, (bytes, np.ndarray)) else bytes(data),))
@@ -169,7 +172,9 @@ class _HashingSink:
                 prefixes.extend(crc32c_prefixes(prefixes[-1], data[low:high].reshape(end - start, -1))[1:])
             else:
                 prefixes.extend(
-                    crc32c_prefixes(prefixes[-1], map(data.__getitem__, map(slice, starts[start:end], stops[start:end])))[1:]
+                    crc32c_prefixes(
+                        prefixes[-1], map(data.__getitem__, map(slice, starts[start:end], stops[start:end]))
+                    )[1:]
                 )
             if digest is not None:
                 digest.update(data[low:high])

@@ -31,9 +31,7 @@ def parse_size(text: str | int, name: str = "size") -> int:
         match = _SIZE.match(str(text))
         unit = match.group(2).lower() if match else None
         if not match or unit not in _UNITS:
-            raise ValueError(
-                f"{name}={text!r} is not a byte size (write e.g. 1048576, 512MiB, 3GiB)"
-            )
+            raise ValueError(f"{name}={text!r} is not a byte size (write e.g. 1048576, 512MiB, 3GiB)")
         value = int(float(match.group(1)) * _UNITS[unit])
     if value <= 0:
         raise ValueError(f"{name}={text!r} must be positive")

@@ -88,7 +88,7 @@ def _active_in_every_thread() -> None:
             cls.format = _activating(cls.format)
 
 
-def register(spark: "SparkSession") -> None:
+def register(spark: SparkSession) -> None:
     """Make `format("webdataset")` known to this SparkSession (once per session, from any thread)."""
     try:
         application_id = spark.conf.get("spark.app.id")

@@ -8,15 +8,16 @@ one boundary (`WriteOptions.spark_options`); `parse` reads them back.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
+from ..dataset.build_rules import APPEND, LATEST, BuildBase, Spelling, parse_max_shard_bytes
+from ..dataset.lock import DEFAULT_LEASE_SECONDS
 from ..errors import BadOption
 from ..format.checksums import CHECKSUMS, CRC32C
 from ..format.shard_writer import DEFAULT_MAX_SHARD_BYTES
 from ..format.ustar import MAX_USTAR_SIZE
-from ..dataset.build_rules import APPEND, LATEST, BuildBase, Spelling, parse_max_shard_bytes
-from ..dataset.lock import DEFAULT_LEASE_SECONDS
 
 # The commit lock's lease: how long a dead committer blocks the next one.
 COMMIT_LEASE_OPTION = "commitleaseseconds"
@@ -105,7 +106,7 @@ class WriteOptions:
     change: str = APPEND
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "WriteOptions":
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
         lowered, path = _known_options(
             options, _KNOWN, "option(s)",
             "maxShardBytes, maxSamplesPerShard, mtime, allowPax, checksum, commitLeaseSeconds, parent, change",
@@ -169,7 +170,7 @@ class StreamOptions:
     checkpoint: str
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "StreamOptions":
+    def parse(cls, options: Mapping[str, str]) -> StreamOptions:
         lowered = {str(k).lower(): v for k, v in options.items()}
         checkpoint = str(lowered.pop(CHECKPOINT_OPTION, "") or "").rstrip("/")
         if not checkpoint:
@@ -186,10 +187,10 @@ class ReadOptions:
     path: str
     skip_bad_shards: bool = False
     bad_shards_dir: str | None = None
-    keys: "KeyRange | None" = None
+    keys: KeyRange | None = None
 
     @classmethod
-    def parse(cls, options) -> "ReadOptions":
+    def parse(cls, options) -> ReadOptions:
         lowered, path = _known_options(
             options, {"path", "paths", "skipbadshards", "badshardsdir", "keymin", "keymax", "keyprefix"},
             "read option(s)", "skipBadShards, badShardsDir, keyMin, keyMax, keyPrefix",
@@ -236,7 +237,7 @@ class KeyRange:
             return last >= self.prefix and (first < self.prefix or first.startswith(self.prefix))
         return True
 
-    def mask(self, keys: "pyarrow.Array") -> "pyarrow.Array":  # noqa: F821
+    def mask(self, keys: pyarrow.Array) -> pyarrow.Array:  # noqa: F821
         """Which of these keys are in the range (vectorized)."""
         import functools
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator, List, Optional
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
@@ -29,13 +30,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..errors import BadOption, InvalidField, NotCommitted
-from ..format.names import KEY_COLUMN, check_fields, field_name_error
-from ..format.shard_writer import ShardInfo
-from ..dataset.layout import Version
-from ..dataset.tree import STAGED_INDEX_NAME, WRITER_MARK, staged_shard_name
+from .. import fault_points
 from ..dataset.changes import APPEND, DELETE
-from .options import LATEST_PARENT, WriteOptions
+from ..dataset.layout import Version
 from ..dataset.staging import (
     clean_dead_staging,
     job_ended,
@@ -45,7 +42,11 @@ from ..dataset.staging import (
     remove_task_staging,
     write_lease,
 )
-from .. import fault_points
+from ..dataset.tree import STAGED_INDEX_NAME, WRITER_MARK, staged_shard_name
+from ..errors import BadOption, InvalidField, NotCommitted
+from ..format.names import KEY_COLUMN, check_fields, field_name_error
+from ..format.shard_writer import ShardInfo
+from .options import LATEST_PARENT, WriteOptions
 
 if TYPE_CHECKING:
     import pyarrow
@@ -154,8 +155,8 @@ class WebDatasetWriter(DataSourceArrowWriter):
         # Refuse before a byte is written; a commit that died half-way is finished first.
         version.check_writable()
         if version.storage.exists(version.journal_uri):
-            from ..dataset.lock import CommitLock
             from ..dataset.journal import roll_forward
+            from ..dataset.lock import CommitLock
 
             with CommitLock(version, self.job_id, lease_seconds=options.commit_lease_seconds) as lock:
                 roll_forward(version, lock)
@@ -191,7 +192,9 @@ class WebDatasetWriter(DataSourceArrowWriter):
             raise BadOption(f"option parent={wanted!r} needs a version directory ROOT/versions/ID, not {version.uri}")
         parent = version.dataset.read_latest() if wanted == LATEST_PARENT else wanted
         if parent is None:
-            log.info("webdataset: %s has no published version yet: %s is a full build", version.dataset.root, version.id)
+            log.info(
+                "webdataset: %s has no published version yet: %s is a full build", version.dataset.root, version.id
+            )
             return None
         if parent == version.id:
             raise BadOption(f"option parent={wanted!r}: version {version.id!r} cannot be built on itself")
@@ -225,7 +228,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
 
     # -- executors --------------------------------------------------------
 
-    def write(self, iterator: Iterator["pyarrow.RecordBatch"]) -> WebDatasetCommitMessage:  # noqa: F821
+    def write(self, iterator: Iterator[pyarrow.RecordBatch]) -> WebDatasetCommitMessage:  # noqa: F821
         from pyspark import TaskContext
 
         from ..format.encode import encode_column
@@ -281,7 +284,12 @@ class WebDatasetWriter(DataSourceArrowWriter):
         )
 
     def _stage_deletions(
-        self, iterator: Iterator["pyarrow.RecordBatch"], staging: str, partition: int, attempt: int, task_attempt_id: int  # noqa: F821
+        self,
+        iterator: Iterator[pyarrow.RecordBatch],
+        staging: str,
+        partition: int,
+        attempt: int,
+        task_attempt_id: int,  # noqa: F821
     ) -> WebDatasetCommitMessage:
         """A delete's task: its keys, sorted and once each, as an index run without shards (the
         commit looks them up in the parent's index)."""
@@ -293,7 +301,9 @@ class WebDatasetWriter(DataSourceArrowWriter):
         keys = pa.chunked_array([batch.column(KEY_COLUMN) for batch in iterator], pa.string()).combine_chunks()
         if keys.null_count:
             row = pc.index(pc.is_null(keys), True).as_py()
-            raise InvalidField(f"partition {partition}, row {row}: {KEY_COLUMN} is null; a delete needs the key of every row")
+            raise InvalidField(
+                f"partition {partition}, row {row}: {KEY_COLUMN} is null; a delete needs the key of every row"
+            )
         given = len(keys)
         keys = pc.unique(keys)
         keys = keys.take(pc.sort_indices(keys))
@@ -315,7 +325,7 @@ class WebDatasetWriter(DataSourceArrowWriter):
 
     # -- driver -----------------------------------------------------------
 
-    def commit_request(self, messages: List[Optional[WebDatasetCommitMessage]], stream=None) -> "CommitRequest":
+    def commit_request(self, messages: list[WebDatasetCommitMessage | None], stream=None) -> CommitRequest:
         """The plain value the commit protocol takes (it knows nothing of Spark)."""
         from ..dataset.commit import CommitRequest
 
@@ -334,12 +344,12 @@ class WebDatasetWriter(DataSourceArrowWriter):
             base=self.base,
         )
 
-    def commit(self, messages: List[Optional[WebDatasetCommitMessage]]) -> None:
+    def commit(self, messages: list[WebDatasetCommitMessage | None]) -> None:
         from ..dataset.commit import commit_job
 
         commit_job(self.commit_request(messages))
 
-    def abort(self, messages: List[Optional[WebDatasetCommitMessage]]) -> None:
+    def abort(self, messages: list[WebDatasetCommitMessage | None]) -> None:
         """Nothing of the job stays, whatever the timing: the job is marked aborted before its
         staging is swept, so a sibling task still staging removes its own files when it checks
         (after each file), and the next writer removes a killed task's files at once."""
@@ -348,7 +358,9 @@ class WebDatasetWriter(DataSourceArrowWriter):
         version = self.version
         if journal_job(version) == self.job_id:
             # Our commit was decided and failed half-way: its staged files finish it later.
-            log.warning("webdataset write to %s failed inside its commit; the next write finishes it", self.options.path)
+            log.warning(
+                "webdataset write to %s failed inside its commit; the next write finishes it", self.options.path
+            )
             return
         storage = version.storage
         # A task without a message failed or may still be running; with every message in, every task ended.

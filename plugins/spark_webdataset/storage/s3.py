@@ -75,7 +75,9 @@ def _credentials() -> Credentials:
         pass
     if parser.has_option(profile, "aws_access_key_id") and parser.has_option(profile, "aws_secret_access_key"):
         section = parser[profile]
-        return Credentials(section["aws_access_key_id"], section["aws_secret_access_key"], section.get("aws_session_token"))
+        return Credentials(
+            section["aws_access_key_id"], section["aws_secret_access_key"], section.get("aws_session_token")
+        )
     raise MissingCredentials(
         "s3:// needs AWS credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), "
         f"or profile {profile!r} in {path} (AWS_PROFILE, AWS_SHARED_CREDENTIALS_FILE)"
@@ -90,7 +92,7 @@ def _endpoint() -> str | None:
     return (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "").rstrip("/") or None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _session_for_process(pid: int):
     import requests
     from requests.adapters import HTTPAdapter
@@ -142,7 +144,13 @@ class S3Client:
         return f"{base}{path}" + (f"?{canonical_query}" if canonical_query else ""), host, path, canonical_query
 
     def _signed(
-        self, method: str, host: str, path: str, query: str, headers: dict[str, str], now: datetime.datetime | None = None
+        self,
+        method: str,
+        host: str,
+        path: str,
+        query: str,
+        headers: dict[str, str],
+        now: datetime.datetime | None = None,
     ) -> dict[str, str]:
         """SigV4 headers: host and every x-amz-* header signed, the payload UNSIGNED (its crc32c is
         in a signed header where it matters)."""
@@ -158,7 +166,9 @@ class S3Client:
         )
         scope = f"{day}/{self.region}/s3/aws4_request"
         to_sign = "\n".join(["AWS4-HMAC-SHA256", stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()])
-        key = _hmac(_hmac(_hmac(_hmac(f"AWS4{self.credentials.secret_key}".encode(), day), self.region), "s3"), "aws4_request")
+        key = _hmac(
+            _hmac(_hmac(_hmac(f"AWS4{self.credentials.secret_key}".encode(), day), self.region), "s3"), "aws4_request"
+        )
         signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
         out = {**headers, **{n: signed[n] for n in names if n != "host"}}
         out["Authorization"] = (
@@ -185,7 +195,10 @@ class S3Client:
         while True:
             try:
                 reply = _session_for_process(os.getpid()).request(
-                    method, url, data=body or None, headers=self._signed(method, host, path, canonical_query, dict(headers or {})),
+                    method,
+                    url,
+                    data=body or None,
+                    headers=self._signed(method, host, path, canonical_query, dict(headers or {})),
                     timeout=(30, 300),
                 )
                 response = Response(reply.status_code, {k.lower(): v for k, v in reply.headers.items()}, reply.content)
@@ -201,7 +214,7 @@ class S3Client:
             delay = min(delay * 2, 10.0)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _client_for_process(pid: int, endpoint: str | None, region: str, access: str | None) -> S3Client:
     return S3Client()
 
@@ -268,8 +281,12 @@ class MultipartWriter(io.RawIOBase):
         self.crc = _crc32c_extend(self.crc, data)  # of the whole object, part after part
         headers = _crc_headers(data)
         response = client().request(
-            "PUT", self.bucket, self.key, query={"partNumber": str(number), "uploadId": self.upload_id or ""},
-            headers=headers, body=data,
+            "PUT",
+            self.bucket,
+            self.key,
+            query={"partNumber": str(number), "uploadId": self.upload_id or ""},
+            headers=headers,
+            body=data,
         )
         if response.status != 200:
             raise _failure(self.path, f"UploadPart {number}", response)
@@ -359,18 +376,26 @@ class S3Storage(Storage):
         bucket, key = split(path)
         client().request("DELETE", bucket, key, query={"uploadId": upload_id})
 
-    def _complete(self, path: str, upload_id: str, parts: list[tuple[int, str, str]], crc: str, if_none_match: bool) -> None:
+    def _complete(
+        self, path: str, upload_id: str, parts: list[tuple[int, str, str]], crc: str, if_none_match: bool
+    ) -> None:
         bucket, key = split(path)
-        body = "<CompleteMultipartUpload>" + "".join(
-            f"<Part><PartNumber>{n}</PartNumber><ETag>{etag}</ETag><ChecksumCRC32C>{part_crc}</ChecksumCRC32C></Part>"
-            for n, etag, part_crc in parts
-        ) + "</CompleteMultipartUpload>"
+        body = (
+            "<CompleteMultipartUpload>"
+            + "".join(
+                f"<Part><PartNumber>{n}</PartNumber><ETag>{etag}</ETag><ChecksumCRC32C>{part_crc}</ChecksumCRC32C></Part>"
+                for n, etag, part_crc in parts
+            )
+            + "</CompleteMultipartUpload>"
+        )
         headers = {"x-amz-checksum-type": "FULL_OBJECT"}
         if crc:  # the whole object's: the server refuses the completion if its own differs
             headers["x-amz-checksum-crc32c"] = crc
         if if_none_match:
             headers["If-None-Match"] = "*"
-        response = client().request("POST", bucket, key, query={"uploadId": upload_id}, headers=headers, body=body.encode())
+        response = client().request(
+            "POST", bucket, key, query={"uploadId": upload_id}, headers=headers, body=body.encode()
+        )
         if response.status == 412:
             raise PreconditionFailed(f"{path} exists already")
         # a 200 can still carry an error (S3 sends the status before it finishes)
@@ -439,9 +464,15 @@ class S3Storage(Storage):
             for item in root.iterfind("{*}Contents"):
                 name = item.findtext("{*}Key") or ""
                 if name != prefix:
-                    modified = datetime.datetime.fromisoformat((item.findtext("{*}LastModified") or "").replace("Z", "+00:00"))
-                    objects.append((name[len(prefix) :], int(item.findtext("{*}Size") or 0), item.findtext("{*}ETag"), modified))
-            prefixes += [(p.findtext("{*}Prefix") or "")[len(prefix) :].rstrip("/") for p in root.iterfind("{*}CommonPrefixes")]
+                    modified = datetime.datetime.fromisoformat(
+                        (item.findtext("{*}LastModified") or "").replace("Z", "+00:00")
+                    )
+                    objects.append(
+                        (name[len(prefix) :], int(item.findtext("{*}Size") or 0), item.findtext("{*}ETag"), modified)
+                    )
+            prefixes += [
+                (p.findtext("{*}Prefix") or "")[len(prefix) :].rstrip("/") for p in root.iterfind("{*}CommonPrefixes")
+            ]
             token = root.findtext("{*}NextContinuationToken")
             if root.findtext("{*}IsTruncated") != "true" or not token:
                 return objects, prefixes
@@ -459,10 +490,7 @@ class S3Storage(Storage):
         """A listing carries no checksum values: one HEAD an object for them (docs/s3.md, costs)."""
         listed = self._list(directory)[0]
         crcs = self._crcs([self.join(directory, name) for name, _, _, _ in listed])
-        return {
-            name: StoredObject(size, etag, crcs.get(self.join(directory, name)))
-            for name, size, etag, _ in listed
-        }
+        return {name: StoredObject(size, etag, crcs.get(self.join(directory, name))) for name, size, etag, _ in listed}
 
     def _crcs(self, paths: list[str]) -> dict[str, str | None]:
         from concurrent.futures import ThreadPoolExecutor
@@ -536,7 +564,10 @@ class S3Storage(Storage):
                 if size:
                     headers["x-amz-copy-source-range"] = f"bytes={start}-{min(size, start + COPY_PART_BYTES) - 1}"
                 response = client().request(
-                    "PUT", target_bucket, target_key, query={"partNumber": str(number), "uploadId": upload_id},
+                    "PUT",
+                    target_bucket,
+                    target_key,
+                    query={"partNumber": str(number), "uploadId": upload_id},
                     headers=headers,
                 )
                 if response.status != 200:
@@ -551,7 +582,8 @@ class S3Storage(Storage):
             raise
         target_head = self._head(target) or {}
         if (target_head.get("content-length"), target_head.get("x-amz-checksum-crc32c")) != (
-            source_head.get("content-length"), source_head.get("x-amz-checksum-crc32c")
+            source_head.get("content-length"),
+            source_head.get("x-amz-checksum-crc32c"),
         ):
             raise StorageError(
                 f"{target}: copy of {source} does not match it (size {target_head.get('content-length')} vs "
@@ -568,7 +600,9 @@ class S3Storage(Storage):
         if heads[0] is None or heads[1] is None:
             return False
         keys = ("content-length", "x-amz-checksum-crc32c")
-        return [heads[0].get(k) for k in keys] == [heads[1].get(k) for k in keys] and heads[0].get("x-amz-checksum-crc32c") is not None
+        return [heads[0].get(k) for k in keys] == [heads[1].get(k) for k in keys] and heads[0].get(
+            "x-amz-checksum-crc32c"
+        ) is not None
 
     # -- small objects: atomic, create-only, compare-and-swap ------------------------------------
 

@@ -25,16 +25,17 @@ import base64
 import io
 import json
 import random
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
+from ...dataset.layout import Version
+from ...dataset.random_access import VersionSamples
 from ...errors import SampleMismatch, StorageError, TarFormatError
 from ...format.names import key_error, split_member_name
 from ...format.sample_reader import iter_members
 from ...format.ustar import BLOCK
-from ...dataset.layout import Version
-from ...dataset.random_access import VersionSamples
 from ...storage.base import RangeFile
 
 IMAGE_TYPES = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "webp": "image/webp", "gif": "image/gif"}
@@ -53,7 +54,7 @@ class BudgetSpent(Exception):
 class _Budgeted(io.RawIOBase):
     """A read-only view of a stream that refuses to read more than its budget."""
 
-    def __init__(self, stream: BinaryIO, budget: "_Budget") -> None:
+    def __init__(self, stream: BinaryIO, budget: _Budget) -> None:
         self._stream = stream
         self._budget = budget
 
@@ -151,8 +152,13 @@ def _samples(stream: BinaryIO, shard: str, base: int = 0) -> Iterator[dict]:
         if current is None or current["key"] != key:
             if current is not None:
                 yield current
-            current = {"key": key, "shard": shard, "offset": base + member.offset, "members": [],
-                       "key_problem": key_error(key)}
+            current = {
+                "key": key,
+                "shard": shard,
+                "offset": base + member.offset,
+                "members": [],
+                "key_problem": key_error(key),
+            }
         current["members"].append((ext, member.data, member.size))
     if current is not None:
         yield current
@@ -161,8 +167,14 @@ def _samples(stream: BinaryIO, shard: str, base: int = 0) -> Iterator[dict]:
 def _finish(sample: dict, with_data_urls: bool) -> dict:
     fields = [describe_field(ext, data, size, with_data_urls) for ext, data, size in sample["members"]]
     label = next((f["text"].strip() for f in fields if f["field"] == "cls" and "text" in f), None)
-    return {"key": sample["key"], "shard": sample["shard"], "offset": sample["offset"], "label": label,
-            "key_problem": sample["key_problem"], "fields": fields}
+    return {
+        "key": sample["key"],
+        "shard": sample["shard"],
+        "offset": sample["offset"],
+        "label": label,
+        "key_problem": sample["key_problem"],
+        "fields": fields,
+    }
 
 
 @dataclass
@@ -173,18 +185,27 @@ class Preview:
     errors: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"samples": self.samples, "count": len(self.samples), "stopped": self.stopped,
-                "bytes_read": self.bytes_read, "errors": self.errors}
+        return {
+            "samples": self.samples,
+            "count": len(self.samples),
+            "stopped": self.stopped,
+            "bytes_read": self.bytes_read,
+            "errors": self.errors,
+        }
 
     def add(self, sample: dict, with_data_urls: bool) -> None:
         """A sample shown; one whose key breaks a key rule is also a warning among the errors."""
         self.samples.append(_finish(sample, with_data_urls))
         problem = sample["key_problem"]
         if problem is not None:
-            self.errors.append({
-                "shard": sample["shard"], "offset": sample["offset"], "key": sample["key"],
-                "error": f"sample at offset {sample['offset']}: key {sample['key']!r} breaks a key rule: {problem}",
-            })
+            self.errors.append(
+                {
+                    "shard": sample["shard"],
+                    "offset": sample["offset"],
+                    "key": sample["key"],
+                    "error": f"sample at offset {sample['offset']}: key {sample['key']!r} breaks a key rule: {problem}",
+                }
+            )
 
 
 @contextmanager
@@ -206,8 +227,13 @@ def _finished(preview: Preview, count: int, budget: int, spent: _Budget) -> Prev
     return preview
 
 
-def first_samples(version: Version, shards: list[tuple[str, int]], count: int, budget: int = DEFAULT_BUDGET,
-                  with_data_urls: bool = True) -> Preview:
+def first_samples(
+    version: Version,
+    shards: list[tuple[str, int]],
+    count: int,
+    budget: int = DEFAULT_BUDGET,
+    with_data_urls: bool = True,
+) -> Preview:
     """The first `count` samples over `shards` (name, bytes) in order, reading at most `budget` bytes."""
     count = max(1, min(count, MAX_SAMPLES))
     spent = _Budget(budget)
@@ -247,8 +273,14 @@ def _next_header(stream: BinaryIO, start: int, size: int) -> int | None:
     return None
 
 
-def random_samples(version: Version, shards: list[tuple[str, int]], count: int, seed: int,
-                   budget: int = DEFAULT_BUDGET, with_data_urls: bool = True) -> Preview:
+def random_samples(
+    version: Version,
+    shards: list[tuple[str, int]],
+    count: int,
+    seed: int,
+    budget: int = DEFAULT_BUDGET,
+    with_data_urls: bool = True,
+) -> Preview:
     """`count` samples at seeded random places: a shard (weighted by size), a 512-aligned offset in it,
     the next tar header found after it, and the first whole sample that starts after that header."""
     count = max(1, min(count, MAX_SAMPLES))
@@ -296,27 +328,44 @@ def _indexed(samples: VersionSamples, entries: Iterator, count: int, budget: int
         try:
             sample = samples.read(entry)
         except (SampleMismatch, StorageError, OSError) as error:
-            preview.errors.append({"shard": entry.shard, "offset": entry.offset, "key": entry.key,
-                                   "error": f"{type(error).__name__}: {error}"})
+            preview.errors.append(
+                {
+                    "shard": entry.shard,
+                    "offset": entry.offset,
+                    "key": entry.key,
+                    "error": f"{type(error).__name__}: {error}",
+                }
+            )
             continue
         key = sample.pop("__key__")
-        preview.add({"key": key, "shard": entry.shard, "offset": entry.offset, "key_problem": key_error(key),
-                     "members": [(field, data, len(data or b"")) for field, data in sample.items()]}, with_data_urls)
+        preview.add(
+            {
+                "key": key,
+                "shard": entry.shard,
+                "offset": entry.offset,
+                "key_problem": key_error(key),
+                "members": [(field, data, len(data or b"")) for field, data in sample.items()],
+            },
+            with_data_urls,
+        )
     if preview.stopped != "budget":
         preview.stopped = "count" if len(preview.samples) >= count else "end"
     preview.bytes_read = budget - left
     return preview
 
 
-def indexed_random_samples(samples: VersionSamples, count: int, seed: int, budget: int = DEFAULT_BUDGET,
-                           with_data_urls: bool = True) -> Preview:
+def indexed_random_samples(
+    samples: VersionSamples, count: int, seed: int, budget: int = DEFAULT_BUDGET, with_data_urls: bool = True
+) -> Preview:
     """`count` distinct samples at seeded random positions in key order, read by the sample index."""
     count = max(1, min(count, MAX_SAMPLES))
     positions = sorted(random.Random(seed).sample(range(len(samples)), min(count, len(samples))))
     return _indexed(samples, (samples.locate_at(p) for p in positions), count, budget, with_data_urls)
 
 
-def sample_by_key(samples: VersionSamples, key: str, budget: int = DEFAULT_BUDGET, with_data_urls: bool = True) -> Preview:
+def sample_by_key(
+    samples: VersionSamples, key: str, budget: int = DEFAULT_BUDGET, with_data_urls: bool = True
+) -> Preview:
     """The sample with `key` (one index lookup, one ranged read); none found is an error row."""
     entry = samples.locate(key)
     if entry is None:
@@ -324,4 +373,3 @@ def sample_by_key(samples: VersionSamples, key: str, budget: int = DEFAULT_BUDGE
         preview.errors.append({"shard": None, "key": key, "error": f"no sample with key {key!r} in this version"})
         return preview
     return _indexed(samples, iter([entry]), 1, budget, with_data_urls)
-
