@@ -38,9 +38,9 @@ def _argvs():
             yield f"{name} healthcheck", healthcheck(service)
 
 
-def test_the_stack_is_airflow_3s_layout_on_postgres_with_spark_and_the_emulator() -> None:
+def test_the_stack_is_airflow_3s_layout_on_postgres_with_spark_and_the_emulators() -> None:
     assert set(SERVICES) == {
-        "postgres", *compose_stack.AIRFLOW_SERVICES, "spark-master", "spark-worker", "gcs",
+        "postgres", *compose_stack.AIRFLOW_SERVICES, "spark-master", "spark-worker", "gcs", "s3",
     }  # fmt: skip
     commands = {name: SERVICES[name]["command"] for name in compose_stack.AIRFLOW_SERVICES[1:]}
     assert commands == {
@@ -67,6 +67,10 @@ def test_every_command_and_healthcheck_is_a_script_or_an_airflow_command_that_ex
         elif argv[0].startswith("scripts/"):
             script = REPO / argv[0]
             assert script.is_file() and os.access(script, os.X_OK), f"{where}: {script} missing or not executable"
+        elif argv[:2] == ["sh", "-c"] and argv[2].startswith("scripts/"):  # a script, then what it installed
+            script, _, then = argv[2].partition(" && exec ")
+            assert (REPO / script).is_file() and os.access(REPO / script, os.X_OK), f"{where}: {script}"
+            assert then.startswith(_s3_server_binary()), f"{where}: runs {then.split()[0]}, not what {script} installs"
         else:  # programs of the image (curl, sh) or of the Postgres image (pg_isready)
             program = argv[0] if argv[0] != "sh" else argv[2].split()[0]
             assert program in ("curl", "pg_isready"), f"{where}: unexpected program {program}"
@@ -88,8 +92,8 @@ def test_dependencies_wait_for_health_or_completion() -> None:
         depends = SERVICES[name]["depends_on"]
         assert depends["airflow-init"]["condition"] == "service_completed_successfully", name
         assert depends["postgres"]["condition"] == "service_healthy", name
-    # tasks call the execution API, submit to the Spark master and may write gs:// roots
-    assert {"airflow-apiserver", "spark-master", "gcs"} <= set(SERVICES["airflow-scheduler"]["depends_on"])
+    # tasks call the execution API, submit to the Spark master and may write gs:// and s3:// roots
+    assert {"airflow-apiserver", "spark-master", "gcs", "s3"} <= set(SERVICES["airflow-scheduler"]["depends_on"])
 
 
 def test_airflow_has_airflow_env_sh_settings_with_the_stacks_paths() -> None:
@@ -178,6 +182,36 @@ def test_ports_and_hosts_line_up() -> None:
     launcher = (REPO / "scripts" / "gcs_emulator.sh").read_text()
     for variable in environment(gcs):
         assert f"${{{variable}" in launcher
+
+
+def _s3_server_binary() -> str:
+    """moto_server in the venv scripts/install_s3server.sh makes under the s3 service's VENV."""
+    install = (REPO / "scripts" / "install_s3server.sh").read_text()
+    assert re.search(r"^VENV=\$\{VENV:-", install, re.MULTILINE) and '"$VENV/s3server"' in install
+    return f"{environment(SERVICES['s3'])['VENV']}/s3server/bin/moto_server "
+
+
+def test_the_s3_server_is_moto_from_its_pinned_venv_and_every_s3_client_points_at_it() -> None:
+    s3 = SERVICES["s3"]
+    command = s3["command"][2]
+    port = re.search(r"moto_server -H 0\.0\.0\.0 -p (\d+)$", command)[1]  # every address, one port
+    assert s3["ports"] == [f"{port}:{port}"]
+    assert healthcheck(s3) == ["curl", "-sf", f"http://localhost:{port}/moto-api/"]
+    # the venv's home is the image user's, not the repository copy (root's)
+    assert environment(s3)["VENV"] == "/home/airflow" and "useradd --create-home" in DOCKERFILE
+    assert re.search(r"^USER airflow$", DOCKERFILE, re.MULTILINE)
+    install = (REPO / "scripts" / "install_s3server.sh").read_text()
+    assert "-c constraints-s3server.txt" in install and "'moto[server]' crc32c" in install  # crc32c: docs/s3.md
+    pins = (REPO / "constraints-s3server.txt").read_text()
+    assert re.search(r"^moto==\d", pins, re.MULTILINE) and re.search(r"^crc32c==\d", pins, re.MULTILINE)
+    # what storage/s3.py reads, in every container that reads or writes s3:// (tasks and executors)
+    client = (REPO / "plugins" / "spark_webdataset" / "storage" / "s3.py").read_text()
+    for name in (*compose_stack.AIRFLOW_SERVICES, "spark-worker"):
+        env = environment(SERVICES[name])
+        assert env["AWS_ENDPOINT_URL"] == f"http://s3:{port}", name
+        for variable in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):
+            assert env[variable] and f'"{variable}"' in client, (name, variable)
+        assert "AWS_ENDPOINT_URL_S3" not in env, f"{name}: AWS_ENDPOINT_URL_S3 would win over the stack's server"
 
 
 def _airflow_defaults() -> dict:
