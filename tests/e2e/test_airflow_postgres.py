@@ -124,6 +124,7 @@ def _native_env(name: str, service: dict, addresses: dict[str, str], tmp_path: P
     assert set(here) <= set(stack), f"{name}: the native run replaces settings the stack does not have"
     env.update(here)
     env.pop("STORAGE_EMULATOR_HOST")  # no gs:// root in this run, no emulator
+    env.pop("AWS_ENDPOINT_URL")  # no s3:// root either: the stack's `s3` service does not run here
     # ports the containers have to themselves
     env.update(
         AIRFLOW__API__HOST="127.0.0.1",
