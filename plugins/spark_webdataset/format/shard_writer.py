@@ -16,9 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-import mmap
 import os
-import threading
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import BinaryIO, Callable, Sequence
@@ -51,10 +49,6 @@ MIN_SHARD_BYTES = ustar.BLOCK + len(ustar.END_OF_ARCHIVE)
 DEFAULT_MAX_SHARD_BYTES = 3 * 1024**3
 GROUP_BYTES = 1 << 20  # pieces hashed, then written, together (see _HashingSink.write_pieces)
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
-# Local shards are written with O_DIRECT where the file system takes it (see _DirectWrites): whole
-# DIRECT_ALIGN blocks from a page-aligned buffer of DIRECT_BUFFER_BYTES, the tail through the page cache.
-DIRECT_ALIGN = 4096
-DIRECT_BUFFER_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -105,109 +99,6 @@ def _write_all(fd: int, pieces: Sequence[bytes | np.ndarray]) -> None:
             start += 1
 
 
-_buffers = threading.local()  # one staging buffer a thread (a Spark worker runs one task at a time)
-
-
-def _direct_buffer() -> np.ndarray:
-    """This thread's page-aligned staging buffer (an anonymous mapping: O_DIRECT needs the
-    alignment), reused by every shard the thread writes so its pages stay mapped."""
-    buffer = getattr(_buffers, "buffer", None)
-    if buffer is None:
-        buffer = np.frombuffer(mmap.mmap(-1, DIRECT_BUFFER_BYTES), dtype=np.uint8)
-        _buffers.buffer = buffer
-    return buffer
-
-
-def _set_direct(fd: int, on: bool) -> bool:
-    """Turn O_DIRECT on or off for `fd`; False if the file system refuses it."""
-    import fcntl
-
-    try:
-        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-        fcntl.fcntl(fd, fcntl.F_SETFL, (flags | os.O_DIRECT) if on else (flags & ~os.O_DIRECT))
-    except OSError:
-        return False
-    return True
-
-
-class _DirectWrites:
-    """A new local file written with O_DIRECT: the bytes are copied once into a page-aligned
-    buffer and go from there to the device, whole DIRECT_ALIGN blocks at a time; the last
-    partial block (if any) is written through the page cache at `finish`.
-
-    Why: through the page cache the kernel copies every byte into page-cache pages it must
-    allocate, and on the VMs measured (bench/README.md, "Issue 30") allocating pages the
-    host had taken back cost several µs a 4 KiB page: writing a 1 KiB-sample shard (2.5 KiB
-    of tar a sample) spent more CPU in the kernel than in all of the writer's own work. With
-    O_DIRECT the writer's one copy replaces the kernel's, and no page-cache page is taken.
-    Any refusal (a file system without O_DIRECT, a short write) falls back to plain writes
-    from where the file is: the bytes are the same either way.
-    """
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.buffer = _direct_buffer()
-        self.filled = 0
-        self.direct = True
-
-    @classmethod
-    def open(cls, fd: int) -> "_DirectWrites | None":
-        if not hasattr(os, "O_DIRECT"):
-            return None
-        try:
-            if os.lseek(fd, 0, os.SEEK_CUR) % DIRECT_ALIGN:
-                return None
-        except OSError:
-            return None
-        return cls(fd) if _set_direct(fd, True) else None
-
-    def write(self, pieces: Sequence[bytes | np.ndarray]) -> None:
-        buffer, capacity = self.buffer, len(self.buffer)
-        for piece in pieces:
-            data = piece if isinstance(piece, np.ndarray) else np.frombuffer(piece, dtype=np.uint8)
-            start, size = 0, len(data)
-            while start < size:
-                take = min(size - start, capacity - self.filled)
-                buffer[self.filled : self.filled + take] = data[start : start + take]
-                self.filled += take
-                start += take
-                if self.filled == capacity:
-                    self._flush(capacity)
-
-    def _flush(self, count: int) -> None:
-        """Write buffer[:count] (count: whole blocks while direct) and keep what follows it."""
-        written = 0
-        while written < count:
-            try:
-                written += os.write(self.fd, self.buffer[written:count])
-            except OSError:
-                if not self.direct:
-                    raise
-                self._plain()  # refused at write time: plain writes from here on
-                continue
-            if written < count and self.direct:
-                self._plain()  # a short write leaves an unaligned offset: plain writes from here on
-        rest = self.filled - count
-        if rest:
-            self.buffer[:rest] = self.buffer[count : self.filled]
-        self.filled = rest
-
-    def _plain(self) -> None:
-        if not _set_direct(self.fd, False):
-            raise OSError("cannot turn O_DIRECT off again")
-        self.direct = False
-
-    def finish(self) -> None:
-        """Write what is buffered: its whole blocks directly, the rest through the page cache."""
-        whole = self.filled - self.filled % DIRECT_ALIGN if self.direct else self.filled
-        if whole:
-            self._flush(whole)
-        if self.filled:
-            if self.direct:
-                self._plain()
-            self._flush(self.filled)
-
-
 class _HashingSink:
     """Counts what goes to the shard's stream and takes its crc32c (and sha256 if asked).
 
@@ -217,18 +108,12 @@ class _HashingSink:
     kernel only (see `_file_descriptor`).
     """
 
-    def __init__(self, stream: BinaryIO, sha256: bool = False, direct_io: bool = False) -> None:
+    def __init__(self, stream: BinaryIO, sha256: bool = False) -> None:
         self.stream = stream
         self.crc = 0
         self.digest = hashlib.sha256() if sha256 else None
         self.size = 0
         self._fd = _file_descriptor(stream)
-        self._direct = _DirectWrites.open(self._fd) if direct_io and self._fd is not None else None
-
-    def finish(self) -> None:
-        """Write out what the sink still holds (before the stream is closed)."""
-        if self._direct is not None:
-            self._direct.finish()
 
     def write(self, data: bytes | np.ndarray) -> None:
         if isinstance(data, np.ndarray) and len(data) > GROUP_BYTES:  # a large buffer: hashed and written a group at a time
@@ -302,9 +187,7 @@ class _HashingSink:
                 self.digest.update(piece)
 
     def _emit(self, pieces: Sequence[bytes | np.ndarray]) -> None:
-        if self._direct is not None:
-            self._direct.write(pieces)
-        elif self._fd is not None:
+        if self._fd is not None:
             _write_all(self._fd, pieces)
         else:
             for piece in pieces:
@@ -344,7 +227,6 @@ class ShardWriter:
         mtime: int = 0,
         allow_pax: bool = False,
         checksum: str = CRC32C,
-        direct_io: bool = False,
     ) -> None:
         # checksum, the cap and the sample count are options: spark/options.py (build_rules) checked them
         for name in fields:
@@ -359,7 +241,6 @@ class ShardWriter:
         self.mtime = mtime
         self.allow_pax = allow_pax
         self.checksum = checksum  # crc32c always; sha256 as well only when asked (it costs ~0.5 ns a byte)
-        self.direct_io = direct_io  # local files written with O_DIRECT where supported (_DirectWrites): the Spark writer's choice
         self._template = ustar.header_template(mtime)
         self._zeros = np.zeros(ustar.BLOCK, dtype=np.uint8)
         self._shard: _OpenShard | None = None
@@ -536,7 +417,7 @@ class ShardWriter:
     def _open(self) -> _OpenShard:
         stream = self._open_shard(len(self.shards))
         self._streams.append(stream)
-        self._shard = _OpenShard(_HashingSink(stream, sha256=self.checksum == SHA256, direct_io=self.direct_io))
+        self._shard = _OpenShard(_HashingSink(stream, sha256=self.checksum == SHA256))
         return self._shard
 
     def _close_shard(self) -> None:
@@ -544,7 +425,6 @@ class ShardWriter:
         if shard is None:
             return
         shard.sink.write(ustar.END_OF_ARCHIVE)
-        shard.sink.finish()
         shard.sink.stream.close()
         self.shards.append(
             ShardInfo(

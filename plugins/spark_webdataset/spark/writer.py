@@ -254,7 +254,6 @@ class WebDatasetWriter(DataSourceArrowWriter):
             mtime=self.options.mtime,
             allow_pax=self.options.allow_pax,
             checksum=self.options.checksum,
-            direct_io=True,  # local shards skip the page cache (format.shard_writer._DirectWrites)
         )
         try:
             for batch in iterator:
