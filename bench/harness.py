@@ -309,10 +309,10 @@ def _run_once(contender: Contender, worker_rss: bool, quiet_wait: float, sync: b
     return record
 
 
-def _summary(records: list[dict[str, Any]], work: float, case: Case, max_other: float) -> dict[str, Any]:
+def _summary(records: list[dict[str, Any]], work: float, case: Case, max_other: float, clean_only: bool = True) -> dict[str, Any]:
     timed = [r for r in records if not r["warmup"]]
     clean = [r for r in timed if r["other_cpu_share"] <= max_other]
-    kept = clean or timed
+    kept = (clean if clean_only else []) or timed
     best = min(kept, key=lambda r: r["seconds"])
     cpu = min(r["our_cpu_s"] for r in kept)
     rate = work / case.scale / best["seconds"]
@@ -328,6 +328,17 @@ def _summary(records: list[dict[str, Any]], work: float, case: Case, max_other: 
         "work": work,
         "runs": records,
     }
+
+
+def summarize(runs: dict[str, list[dict[str, Any]]], case: Case, max_other: float) -> dict[str, Any]:
+    """Each contender's best and median. Like with like: only clean runs when every contender has
+    one, else every timed run of every contender (a quiet run of ours against only contended runs
+    of the baseline made a ratio no run showed)."""
+    def has_clean(records: list[dict[str, Any]]) -> bool:
+        return any(not r["warmup"] and r["other_cpu_share"] <= max_other for r in records)
+
+    clean_only = all(has_clean(runs[name]) for name in case.contenders)
+    return {n: _summary(runs[n], c.work, case, max_other, clean_only) for n, c in case.contenders.items()}
 
 
 def measure(case: Case, args: argparse.Namespace, repeats: int | None = None, warmup: int | None = None) -> dict[str, Any]:
@@ -359,7 +370,7 @@ def measure(case: Case, args: argparse.Namespace, repeats: int | None = None, wa
                 )
                 if clean or round_ < 0:
                     break
-    summary = {n: _summary(runs[n], c.work, case, args.max_other_cpu) for n, c in case.contenders.items()}
+    summary = summarize(runs, case, args.max_other_cpu)
     ratios = []
     for ratio in case.ratios:
         ours, base = summary[ratio.ours], summary[ratio.baseline]
