@@ -7,7 +7,7 @@ bench/README.md is a ratio of two things measured in one process run, interleave
 round, so what else this shared machine runs hits ours and the baseline alike.
 
 The harness gives every benchmark the same flags (--quick, --repeats, --warmup, --quiet-wait,
---max-other-cpu, --max-attempts, --tmp, --output, --plugins), the same measurement (wall time,
+--max-other-cpu, --max-attempts, --tmp, --output, --plugins, --no-rotate, --no-sync), the same measurement (wall time,
 CPU of our processes, the share of the machine everyone else used), one table printer, and the
 results in bench/results/<name>.json (<name>.quick.json with --quick; the folder is gitignored).
 """
@@ -285,9 +285,11 @@ def peak_rss_run(run: Callable[[], Any]) -> dict[str, Any]:
 # -- measuring ------------------------------------------------------------------
 
 
-def _run_once(contender: Contender, worker_rss: bool, quiet_wait: float) -> dict[str, Any]:
+def _run_once(contender: Contender, worker_rss: bool, quiet_wait: float, sync: bool = True) -> dict[str, Any]:
     if contender.prepare:
         contender.prepare()
+    if sync:
+        os.sync()  # what earlier runs (and their clean-up) left dirty is written back now, untimed
     if quiet_wait:
         wait_for_quiet(quiet_wait)
     rss = RssSampler() if worker_rss else None
@@ -300,13 +302,17 @@ def _run_once(contender: Contender, worker_rss: bool, quiet_wait: float) -> dict
         record.update(value)
     if contender.check:
         record.update(contender.check(value) or {})
+    if sync:
+        started = time.perf_counter()
+        os.sync()  # this run's own writeback, untimed: not charged to the next contender
+        record["sync_after_s"] = round(time.perf_counter() - started, 3)
     return record
 
 
-def _summary(records: list[dict[str, Any]], work: float, case: Case, max_other: float) -> dict[str, Any]:
+def _summary(records: list[dict[str, Any]], work: float, case: Case, max_other: float, clean_only: bool = True) -> dict[str, Any]:
     timed = [r for r in records if not r["warmup"]]
     clean = [r for r in timed if r["other_cpu_share"] <= max_other]
-    kept = clean or timed
+    kept = (clean if clean_only else []) or timed
     best = min(kept, key=lambda r: r["seconds"])
     cpu = min(r["our_cpu_s"] for r in kept)
     rate = work / case.scale / best["seconds"]
@@ -324,6 +330,17 @@ def _summary(records: list[dict[str, Any]], work: float, case: Case, max_other: 
     }
 
 
+def summarize(runs: dict[str, list[dict[str, Any]]], case: Case, max_other: float) -> dict[str, Any]:
+    """Each contender's best and median. Like with like: only clean runs when every contender has
+    one, else every timed run of every contender (a quiet run of ours against only contended runs
+    of the baseline made a ratio no run showed)."""
+    def has_clean(records: list[dict[str, Any]]) -> bool:
+        return any(not r["warmup"] and r["other_cpu_share"] <= max_other for r in records)
+
+    clean_only = all(has_clean(runs[name]) for name in case.contenders)
+    return {n: _summary(runs[n], c.work, case, max_other, clean_only) for n, c in case.contenders.items()}
+
+
 def measure(case: Case, args: argparse.Namespace, repeats: int | None = None, warmup: int | None = None) -> dict[str, Any]:
     """Every contender `warmup` times untimed, then `repeats` rounds, interleaved; a contended run
     (others above --max-other-cpu) is retried up to --max-attempts. Best and median of the clean
@@ -332,10 +349,15 @@ def measure(case: Case, args: argparse.Namespace, repeats: int | None = None, wa
     warmup = args.warmup if warmup is None else warmup
     print(f"\n== {case.name} {case.info or ''}", flush=True)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in case.contenders}
+    names = list(case.contenders)
     for round_ in range(-warmup, repeats):
-        for name, contender in case.contenders.items():
+        # Each timed round starts one contender later: no contender always runs right after the
+        # same neighbour (a writer after the workaround's 2 GB of writes paid their writeback).
+        shift = round_ % len(names) if round_ >= 0 and getattr(args, "rotate", True) else 0
+        for name in names[shift:] + names[:shift]:
+            contender = case.contenders[name]
             for _ in range(args.max_attempts if round_ >= 0 else 1):
-                record = _run_once(contender, case.worker_rss, args.quiet_wait if round_ >= 0 else 0.0)
+                record = _run_once(contender, case.worker_rss, args.quiet_wait if round_ >= 0 else 0.0, getattr(args, "sync", True))
                 record["warmup"] = round_ < 0
                 runs[name].append(record)
                 clean = record["other_cpu_share"] <= args.max_other_cpu
@@ -348,7 +370,7 @@ def measure(case: Case, args: argparse.Namespace, repeats: int | None = None, wa
                 )
                 if clean or round_ < 0:
                     break
-    summary = {n: _summary(runs[n], c.work, case, args.max_other_cpu) for n, c in case.contenders.items()}
+    summary = summarize(runs, case, args.max_other_cpu)
     ratios = []
     for ratio in case.ratios:
         ours, base = summary[ratio.ours], summary[ratio.baseline]
@@ -604,6 +626,10 @@ def main(bench: Benchmark, argv: list[str] | None = None) -> None:
     add("--tmp", default=None, help="parent of the temporary work directory")
     add("--output", "--out", default=None, help="the JSON (default bench/results/<name>[.quick].json)")
     add("--plugins", default=PLUGINS, help="the spark_webdataset package's parent dir to measure")
+    add("--no-rotate", dest="rotate", action="store_false",
+        help="keep the contenders' order in every round (default: each timed round starts one later)")
+    add("--no-sync", dest="sync", action="store_false",
+        help="no os.sync() before and after each run (default: each run's writeback is flushed untimed)")
     bench.flags(parser)
     parser.set_defaults(**bench.defaults)
     args = parser.parse_args(argv)

@@ -64,13 +64,17 @@ def build_headers(
     headers = np.empty((count, BLOCK), dtype=np.uint8)
     headers[:] = template
     headers[:, :100] = names
-    digits = (((sizes[:, None] >> _SIZE_SHIFTS) & 7) + 48).astype(np.uint8)
-    headers[:, 124:135] = digits
-    headers[:, 135] = 0
     if name_sums is None:
         name_sums = names.sum(axis=1, dtype=np.int64)
     constant = int(template.sum(dtype=np.int64)) - int(template[:100].sum()) - int(template[124:136].sum())
-    checksums = constant + name_sums + digits.sum(axis=1, dtype=np.int64)
+    if count and int(sizes.min()) == int(sizes.max()):  # one size (a fixed-size field): its digits once
+        digits = (((sizes[:1, None] >> _SIZE_SHIFTS) & 7) + 48).astype(np.uint8)
+        checksums = name_sums + (constant + int(digits.sum(dtype=np.int64)))
+    else:
+        digits = (((sizes[:, None] >> _SIZE_SHIFTS) & 7) + 48).astype(np.uint8)
+        checksums = constant + name_sums + digits.sum(axis=1, dtype=np.int64)
+    headers[:, 124:135] = digits
+    headers[:, 135] = 0
     headers[:, 148:154] = ((checksums[:, None] >> _CHKSUM_SHIFTS) & 7) + 48
     headers[:, 154] = 0
     headers[:, 155] = 32
