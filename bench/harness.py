@@ -28,9 +28,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -40,7 +41,9 @@ _early = argparse.ArgumentParser(add_help=False)
 _early.add_argument("--plugins", default=str(REPO / "plugins"))  # measure another copy of the package
 PLUGINS = os.path.abspath(_early.parse_known_args()[0].plugins)
 sys.path.insert(0, PLUGINS)
-sys.path.insert(1, str(REPO))  # the test support's GCS emulator launcher (tests/support/gcs_emulator.py): not in the wheel
+sys.path.insert(
+    1, str(REPO)
+)  # the test support's GCS emulator launcher (tests/support/gcs_emulator.py): not in the wheel
 # Spark's Python workers (below the JVM we start) inherit this environment: they import the
 # package from PLUGINS and this module by name (random_rows, the no-op writer).
 os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -172,7 +175,7 @@ class Meter:
         own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
-    def __enter__(self) -> "Meter":
+    def __enter__(self) -> Meter:
         self.load1 = os.getloadavg()[0]
         self._cpu0, self._own0, self._busy0 = self._cpu(), self._own(), busy_seconds()
         self._t0 = time.perf_counter()
@@ -243,7 +246,7 @@ class RssSampler:
         while not self._stop.wait(self.interval):
             self.sample()
 
-    def __enter__(self) -> "RssSampler":
+    def __enter__(self) -> RssSampler:
         self.peaks.clear()
         self.samples = 0
         self._stop.clear()
@@ -309,7 +312,9 @@ def _run_once(contender: Contender, worker_rss: bool, quiet_wait: float, sync: b
     return record
 
 
-def _summary(records: list[dict[str, Any]], work: float, case: Case, max_other: float, clean_only: bool = True) -> dict[str, Any]:
+def _summary(
+    records: list[dict[str, Any]], work: float, case: Case, max_other: float, clean_only: bool = True
+) -> dict[str, Any]:
     timed = [r for r in records if not r["warmup"]]
     clean = [r for r in timed if r["other_cpu_share"] <= max_other]
     kept = (clean if clean_only else []) or timed
@@ -334,6 +339,7 @@ def summarize(runs: dict[str, list[dict[str, Any]]], case: Case, max_other: floa
     """Each contender's best and median. Like with like: only clean runs when every contender has
     one, else every timed run of every contender (a quiet run of ours against only contended runs
     of the baseline made a ratio no run showed)."""
+
     def has_clean(records: list[dict[str, Any]]) -> bool:
         return any(not r["warmup"] and r["other_cpu_share"] <= max_other for r in records)
 
@@ -341,7 +347,9 @@ def summarize(runs: dict[str, list[dict[str, Any]]], case: Case, max_other: floa
     return {n: _summary(runs[n], c.work, case, max_other, clean_only) for n, c in case.contenders.items()}
 
 
-def measure(case: Case, args: argparse.Namespace, repeats: int | None = None, warmup: int | None = None) -> dict[str, Any]:
+def measure(
+    case: Case, args: argparse.Namespace, repeats: int | None = None, warmup: int | None = None
+) -> dict[str, Any]:
     """Every contender `warmup` times untimed, then `repeats` rounds, interleaved; a contended run
     (others above --max-other-cpu) is retried up to --max-attempts. Best and median of the clean
     runs (of all, if none was clean); the case's ratios."""
@@ -357,7 +365,9 @@ def measure(case: Case, args: argparse.Namespace, repeats: int | None = None, wa
         for name in names[shift:] + names[:shift]:
             contender = case.contenders[name]
             for _ in range(args.max_attempts if round_ >= 0 else 1):
-                record = _run_once(contender, case.worker_rss, args.quiet_wait if round_ >= 0 else 0.0, getattr(args, "sync", True))
+                record = _run_once(
+                    contender, case.worker_rss, args.quiet_wait if round_ >= 0 else 0.0, getattr(args, "sync", True)
+                )
                 record["warmup"] = round_ < 0
                 runs[name].append(record)
                 clean = record["other_cpu_share"] <= args.max_other_cpu
@@ -454,7 +464,10 @@ def cached(df: Any) -> tuple[Any, dict[str, int]]:
     df = df.cache()
     df.count()
     infos = df.sparkSession.sparkContext._jsc.sc().getRDDStorageInfo()  # type: ignore[union-attr]
-    return df, {"memory_bytes": int(sum(i.memSize() for i in infos)), "disk_bytes": int(sum(i.diskSize() for i in infos))}
+    return df, {
+        "memory_bytes": int(sum(i.memSize() for i in infos)),
+        "disk_bytes": int(sum(i.diskSize() for i in infos)),
+    }
 
 
 def tree_bytes(directory: str, suffix: str = "") -> tuple[int, int]:
@@ -596,13 +609,17 @@ def report(cases: list[dict[str, Any]], max_other_cpu: float) -> None:
                          "contended" if s["contended"] else "", verdict])  # fmt: skip
         for r in case["ratios"]:
             cpu = "-" if r["cpu"] is None else f"{r['cpu']:.2f}x"
-            verdict = "" if r["target"] is None else f">= {r['target']:g} by {r['by']}: " + ("met" if r["met"] else "NOT met")
+            verdict = (
+                "" if r["target"] is None else f">= {r['target']:g} by {r['by']}: " + ("met" if r["met"] else "NOT met")
+            )
             rows.append([case["case"], f"{r['ours']} / {r['baseline']}", "", "", f"{r['wall']:.2f}x wall", cpu, "",
                          "", "", verdict])  # fmt: skip
     if rows:
         print(f"\nbest (and median) of the clean runs (others used <= {max_other_cpu:.0%} of the CPUs); MB = 10^6 B; "
               "cpu s = CPU of our processes in the least-CPU run; ratios = ours' rate / the baseline's")  # fmt: skip
-        print_table(["case", "contender", "best s", "median s", "rate", "cpu s", "per cpu-s", "others", "", "target"], rows)
+        print_table(
+            ["case", "contender", "best s", "median s", "rate", "cpu s", "per cpu-s", "others", "", "target"], rows
+        )
 
 
 def write_results(path: str | os.PathLike[str], results: dict[str, Any]) -> None:
@@ -626,10 +643,18 @@ def main(bench: Benchmark, argv: list[str] | None = None) -> None:
     add("--tmp", default=None, help="parent of the temporary work directory")
     add("--output", "--out", default=None, help="the JSON (default bench/results/<name>[.quick].json)")
     add("--plugins", default=PLUGINS, help="the spark_webdataset package's parent dir to measure")
-    add("--no-rotate", dest="rotate", action="store_false",
-        help="keep the contenders' order in every round (default: each timed round starts one later)")
-    add("--no-sync", dest="sync", action="store_false",
-        help="no os.sync() before and after each run (default: each run's writeback is flushed untimed)")
+    add(
+        "--no-rotate",
+        dest="rotate",
+        action="store_false",
+        help="keep the contenders' order in every round (default: each timed round starts one later)",
+    )
+    add(
+        "--no-sync",
+        dest="sync",
+        action="store_false",
+        help="no os.sync() before and after each run (default: each run's writeback is flushed untimed)",
+    )
     bench.flags(parser)
     parser.set_defaults(**bench.defaults)
     args = parser.parse_args(argv)

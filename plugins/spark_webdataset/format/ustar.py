@@ -107,9 +107,4 @@ def pax_member(mtime: int, name: str, size: int) -> bytes:
     short = name.encode("utf-8")[:100]
     # the ustar name field holds an ASCII stand-in; readers take the PAX path.
     short = short.decode("ascii", "replace").encode("ascii", "replace")[:100]
-    return (
-        pax
-        + records
-        + bytes(padding(len(records)))
-        + build_header(header_template(mtime), short, size)
-    )
+    return pax + records + bytes(padding(len(records))) + build_header(header_template(mtime), short, size)
