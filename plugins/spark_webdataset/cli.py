@@ -123,8 +123,14 @@ def _cat(args: argparse.Namespace) -> int:
     `pipe:spark-webdataset cat gs://...` (STORAGE_EMULATOR_HOST and ADC apply; no gsutil)."""
     import shutil
 
+    from .errors import InputError
+    from .format.names import control_error
     from .storage import storage_for
 
+    for uri in args.uri:
+        problem = control_error(uri)
+        if problem:  # a local path with a NUL would reach open() as a ValueError
+            raise InputError(f"{uri!r} is not a path: it holds {problem}")
     out = sys.stdout.buffer
     try:
         for uri in args.uri:

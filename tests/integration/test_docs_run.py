@@ -51,6 +51,10 @@ PLACEHOLDERS: dict[tuple[str, str], str] = {
     ("docs/airflow.md", "python -m build --wheel"): "builds and installs a wheel: tests/e2e/test_installed_wheel.py",
     ("docs/gcs.md", "export STORAGE_EMULATOR_HOST"): "starts nothing here: the test session's emulator is that server",
     (
+        "docs/s3.md",
+        "wids = wids_through_storage()",
+    ): "an s3:// bucket's published version: tests/integration/test_s3_consumer.py reads one through it",
+    (
         "docs/scale.md",
         "gcloud dataproc",
     ): "needs a Dataproc cluster: its flags are the build job's, checked in docs/scale.md's synopsis",
