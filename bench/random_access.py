@@ -183,9 +183,9 @@ def quiet_wids(make: Callable[[], Any]) -> Any:
 
 
 def wids_dataset(index_uri: str, cache_dir: str) -> Any:
-    from spark_webdataset.airflow.consumer import wids_for_gcs
+    from spark_webdataset.airflow.consumer import wids_through_storage
 
-    wids = wids_for_gcs()  # gs:// downloads through our Storage (no gsutil here)
+    wids = wids_through_storage()  # gs:// downloads through our Storage (no gsutil here)
     return quiet_wids(lambda: wids.ShardListDataset(index_uri, cache_dir=cache_dir, transformations=[], lru_size=64))
 
 

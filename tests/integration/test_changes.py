@@ -59,7 +59,7 @@ def _reads_of_every_reader(spark, root: str, version: str) -> dict[str, bytes]:
     through the consumer's download handler, no gsutil), which must all agree."""
     import webdataset as wds
 
-    from spark_webdataset.airflow.consumer import wids_for_gcs
+    from spark_webdataset.airflow.consumer import wids_through_storage
 
     uri = f"{root}/versions/{version}"
     by_spark = {
@@ -75,7 +75,7 @@ def _reads_of_every_reader(spark, root: str, version: str) -> dict[str, bytes]:
         urls = [f"pipe:{BIN}/spark-webdataset cat {url}" for url in urls]
     by_wds = {s["__key__"]: s["txt"] for s in wds.WebDataset(urls, shardshuffle=False)}
     assert by_wds == by_spark
-    ds = wids_for_gcs().ShardListDataset(f"{uri}/shardindex.json", cache_dir=tempfile.mkdtemp(prefix="wids-"))
+    ds = wids_through_storage().ShardListDataset(f"{uri}/shardindex.json", cache_dir=tempfile.mkdtemp(prefix="wids-"))
     by_wids = {ds[i]["__key__"]: ds[i][".txt"].encode() for i in range(len(ds))}  # wids decodes .txt
     assert by_wids == by_spark
     return by_spark

@@ -53,7 +53,7 @@ PLACEHOLDERS: dict[tuple[str, str], str] = {
     (
         "docs/s3.md",
         "wids = wids_through_storage()",
-    ): "an s3:// bucket's published version: tests/integration/test_s3_consumer.py reads one through it",
+    ): "an s3:// bucket's published version: tests/integration/test_consumer_cloud.py reads one through it",
     (
         "docs/scale.md",
         "gcloud dataproc",

@@ -711,10 +711,10 @@ class PromiseMachine(RuleBasedStateMachine):
         self._compare(f"webdataset {version}", version, rows, None, whole=True)
 
     def _read_wids(self, version: str) -> None:
-        from spark_webdataset.airflow.consumer import wids_for_gcs
+        from spark_webdataset.airflow.consumer import wids_through_storage
 
         with tempfile.TemporaryDirectory(prefix="wids-") as cache:
-            dataset = wids_for_gcs().ShardListDataset(f"{self._uri(version)}/shardindex.json", cache_dir=cache,
+            dataset = wids_through_storage().ShardListDataset(f"{self._uri(version)}/shardindex.json", cache_dir=cache,
                                                       transformations=[])  # fmt: skip
             try:
                 rows = [{"__key__": dataset[i]["__key__"], **_fields({k[1:]: v for k, v in dataset[i].items() if k in (".txt", ".bin")})}

@@ -82,9 +82,6 @@ def wids_through_storage():
     return wids
 
 
-wids_for_gcs = wids_through_storage  # its first name, when it served gs:// only
-
-
 def _count(index_uri: str, version: str) -> dict:
     """Open a version through its wids shard index and count its samples."""
     wids = wids_through_storage()
