@@ -31,7 +31,26 @@ def _is_lock(relative: str) -> bool:
     return name.startswith(LOCK_FILE[0]) and name.endswith(LOCK_FILE[1])
 
 
-class LocalEnv:
+class _Env:
+    """What every env shares: where a version of its root lies."""
+
+    root: str
+
+    def version_uri(self, version: str) -> str:
+        return f"{self.root}/versions/{version}"
+
+
+class _BucketEnv(_Env):
+    """An env in a prefix of a bucket (gs://, s3://)."""
+
+    prefix: str
+
+    def _start(self, prefix: str) -> str:
+        """The object-name prefix that lists everything below base/prefix ("" for the whole base)."""
+        return f"{self.prefix}/{prefix.rstrip('/')}/" if prefix else f"{self.prefix}/"
+
+
+class LocalEnv(_Env):
     name = "local"
 
     def __init__(self, top: str) -> None:
@@ -48,9 +67,6 @@ class LocalEnv:
 
     def cleanup(self) -> None:
         shutil.rmtree(self.base, ignore_errors=True)
-
-    def version_uri(self, version: str) -> str:
-        return f"{self.root}/versions/{version}"
 
     def tree(self, prefix: str) -> dict[str, str]:
         """relative path -> digest of every file below base/prefix ("" for the whole base)."""
@@ -97,7 +113,7 @@ class LocalEnv:
         return urls
 
 
-class GcsEnv:
+class GcsEnv(_BucketEnv):
     name = "gcs"
 
     def __init__(self, bucket: str) -> None:
@@ -123,13 +139,8 @@ class GcsEnv:
             except Exception:  # noqa: BLE001 - cleanup of a test prefix only
                 pass
 
-    def version_uri(self, version: str) -> str:
-        return f"{self.root}/versions/{version}"
-
     def tree(self, prefix: str) -> dict[str, str]:
-        start = f"{self.prefix}/{prefix}" if prefix else f"{self.prefix}/"
-        if prefix and not start.endswith("/"):
-            start += "/"
+        start = self._start(prefix)
         return {
             blob.name[len(start) :]: f"{blob.crc32c}:{blob.size}:{blob.generation}"
             for blob in self._bucket.list_blobs(prefix=start)
@@ -156,7 +167,7 @@ class GcsEnv:
         return sorted(self.tree(prefix))
 
 
-class S3Env:
+class S3Env(_BucketEnv):
     """A prefix of an S3 bucket (the moto server), read and changed with raw ListObjectsV2, GetObject,
     PutObject and DeleteObject requests. A file's identity in a tree is its ETag, size and
     LastModified (GCS's is crc32c, size and generation): a rewrite shows even with the same bytes."""
@@ -203,13 +214,8 @@ class S3Env:
         for key, _ in self._listing(f"{self.prefix}/"):
             self._request("DELETE", key)  # cleanup of a test prefix only: an error is not the test's
 
-    def version_uri(self, version: str) -> str:
-        return f"{self.root}/versions/{version}"
-
     def tree(self, prefix: str) -> dict[str, str]:
-        start = f"{self.prefix}/{prefix}" if prefix else f"{self.prefix}/"
-        if prefix and not start.endswith("/"):
-            start += "/"
+        start = self._start(prefix)
         return {key[len(start) :]: identity for key, identity in self._listing(start) if not _is_lock(key)}
 
     def dirs(self, prefix: str) -> set[str]:
