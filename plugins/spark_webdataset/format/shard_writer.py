@@ -48,7 +48,14 @@ MIN_SHARD_BYTES = ustar.BLOCK + len(ustar.END_OF_ARCHIVE)
 # The shard cap when none is given: the writer's option maxShardBytes, the jobs' --max-shard-bytes
 # and a dataset config's max_shard_bytes all default to this one value.
 DEFAULT_MAX_SHARD_BYTES = 3 * 1024**3
-GROUP_BYTES = 1 << 20  # pieces hashed, then written, together (see _HashingSink.write_pieces)
+# At most this many bytes a write(2). On Linux 6.x ext4 a write of 1 MiB or more gets large page-cache
+# folios, and on a VM whose free memory the host takes back (free page reporting: Firecracker, balloon
+# drivers) filling those ran at 0.27-0.3 GB/s here against 3.5-4.5 GB/s for writes of 64-512 KiB: it was
+# most of a 100 KiB write job's time in Spark (bench/README.md, "The write size"). In process, where
+# freed pages come straight back, 512 KiB costs 2-5 % more than 1 MiB, 256 KiB 10-20 %; in Spark jobs
+# no size from 4 KiB to 512 KiB did measurably better than another.
+WRITE_BYTES = 512 << 10
+GROUP_BYTES = WRITE_BYTES  # pieces hashed, then written, together (see _HashingSink.write_pieces)
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 
 
@@ -82,22 +89,37 @@ def _file_descriptor(stream: BinaryIO) -> int | None:
     return raw.fileno()
 
 
-def _write_all(fd: int, pieces: Sequence[bytes | np.ndarray]) -> None:
-    """os.writev of `pieces` (bytes or 1-D uint8 arrays), IOV_MAX at a time, resumed after a short write."""
-    pieces = list(pieces)
-    start = 0
-    while start < len(pieces):
-        group = pieces[start : start + _IOV_MAX]
+def _writev_all(fd: int, group: list[bytes | memoryview | np.ndarray]) -> None:
+    """One os.writev of `group`, resumed after a short write."""
+    while group:
         written = os.writev(fd, group)
         if written == sum(map(len, group)):  # the usual case: no Python step a piece
-            start += len(group)
-            continue
-        for piece in group:
-            if written < len(piece):
-                pieces[start] = memoryview(piece)[written:]
-                break
-            written -= len(piece)
-            start += 1
+            return
+        while written >= len(group[0]):
+            written -= len(group.pop(0))
+        group[0] = memoryview(group[0])[written:]
+
+
+def _write_all(fd: int, pieces: Sequence[bytes | np.ndarray]) -> None:
+    """Write `pieces` in order, WRITE_BYTES and IOV_MAX pieces at most a call (a larger piece is split)."""
+    group: list[bytes | memoryview | np.ndarray] = []
+    room = WRITE_BYTES
+    for piece in pieces:
+        if len(piece) > room:
+            view = piece if isinstance(piece, np.ndarray) else memoryview(piece)
+            while len(view) > room:  # its head fills this call
+                group.append(view[:room])
+                _writev_all(fd, group)
+                group, view, room = [], view[room:], WRITE_BYTES
+            piece = view
+        if len(piece):
+            group.append(piece)
+            room -= len(piece)
+        if len(group) == _IOV_MAX or not room:
+            _writev_all(fd, group)
+            group, room = [], WRITE_BYTES
+    if group:
+        _writev_all(fd, group)
 
 
 class _HashingSink:
