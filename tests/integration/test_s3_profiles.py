@@ -129,6 +129,22 @@ def test_spark_writes_on_one_store_and_publishes_its_copy_on_the_other(two_store
     assert run.returncode == 0 and run.stdout == "text 17", run.stderr[-2000:]
 
 
+def test_a_mapped_profile_with_a_role_asks_the_sts_of_its_own_endpoint(
+    two_stores, second_server, monkeypatch, tmp_path
+) -> None:
+    second = two_stores[1]
+    (tmp_path / "token").write_text("a-service-account-token")
+    with open(tmp_path / "config", "a") as config:
+        config.write(f"[profile irsa]\nendpoint_url = {second_server.url}\nrole_arn = arn:aws:iam::123456789012:role/r\n"
+                     f"web_identity_token_file = {tmp_path / 'token'}\nregion = {REGION}\n")  # fmt: skip
+    monkeypatch.setenv(BUCKET_PROFILES, f"{second[len('s3://') :]}=irsa")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_STS", "http://127.0.0.1:9")  # the process-wide STS: never asked for it
+    credentials = client_for(second[len("s3://") :]).credentials
+    assert credentials.access_key.startswith("ASIA") and credentials.token
+    storage_for(second).create_only(f"{second}/role.json", b"{}")
+    assert storage_for(second).read_bytes(f"{second}/role.json") == b"{}"
+
+
 @pytest.fixture
 def web_identity(monkeypatch, tmp_path) -> None:
     """No keys anywhere but a web identity token and a role, as a Kubernetes service account has."""

@@ -149,9 +149,10 @@ def _region(section: Mapping[str, str] | None, profile_first: bool) -> str:
     return first or second or DEFAULT_REGION
 
 
-def _configured_endpoint(section: Mapping[str, str] | None) -> str | None:
+def _configured_endpoint(section: Mapping[str, str] | None, service: str = "s3") -> str | None:
+    """A profile's endpoint for `service`: its nested block's, else the profile's own."""
     section = section or {}
-    return _nested(section, "s3").get("endpoint_url") or section.get("endpoint_url") or None
+    return _nested(section, service).get("endpoint_url") or section.get("endpoint_url") or None
 
 
 def settings(bucket: str | None) -> Settings:
@@ -265,16 +266,25 @@ def _http(method: str, url: str, timeout: float, **kwargs):
         return None
 
 
-def web_identity(token_file: str, role_arn: str, session_name: str, region: str) -> Credentials:
-    """STS AssumeRoleWithWebIdentity with the token file (read again at each refresh: Kubernetes
-    rotates it). The endpoint: AWS_ENDPOINT_URL_STS, AWS_ENDPOINT_URL, else STS of the region."""
+def _sts_endpoint(profile: str | None, region: str) -> str:
+    """A mapped profile's own STS endpoint (nested `sts =`, else its endpoint_url), else
+    AWS_ENDPOINT_URL_STS, AWS_ENDPOINT_URL, the AWS_PROFILE profile's; else STS of the region."""
+    if profile is not None:
+        endpoint = _configured_endpoint(_config_section(profile), "sts")
+    else:
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_STS") or os.environ.get("AWS_ENDPOINT_URL")
+        endpoint = endpoint or _configured_endpoint(_config_section(os.environ.get("AWS_PROFILE") or "default"), "sts")
+    return (endpoint or f"https://sts.{region}.amazonaws.com").rstrip("/") + "/"
+
+
+def web_identity(token_file: str, role_arn: str, session_name: str, endpoint: str) -> Credentials:
+    """STS AssumeRoleWithWebIdentity at `endpoint` with the token file (read again at each refresh:
+    Kubernetes rotates it)."""
     source = f"web identity ({role_arn}, token {token_file})"
     try:
         token = Path(token_file).read_text().strip()
     except OSError as error:
         raise MissingCredentials(f"{source}: cannot read the token file ({error.strerror})") from None
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_STS") or os.environ.get("AWS_ENDPOINT_URL")
-    endpoint = (endpoint or f"https://sts.{region}.amazonaws.com").rstrip("/") + "/"
     form = {"Action": "AssumeRoleWithWebIdentity", "Version": "2011-06-15", "RoleArn": role_arn,
             "RoleSessionName": session_name or f"spark-webdataset-{int(time.time())}", "WebIdentityToken": token}  # fmt: skip
     for attempt in range(3):
@@ -387,7 +397,8 @@ def credentials(chosen: Settings, clock: Callable[[], float] = time.time) -> Ref
         identity = _web_identity_of(_config_section(profile))
         if identity is None:
             raise S3ConfigError(f"profile {profile!r}: no keys in {credentials_path()} or {config_path()}")
-        return RefreshingCredentials(lambda: web_identity(*identity, chosen.region), clock)
+        sts = _sts_endpoint(profile, chosen.region)
+        return RefreshingCredentials(lambda: web_identity(*identity, sts), clock)
     access, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
     if access and secret:
         keys = Credentials(access, secret, os.environ.get("AWS_SESSION_TOKEN") or None)
@@ -401,7 +412,8 @@ def credentials(chosen: Settings, clock: Callable[[], float] = time.time) -> Ref
         identity = (os.environ["AWS_WEB_IDENTITY_TOKEN_FILE"], os.environ["AWS_ROLE_ARN"],
                     os.environ.get("AWS_ROLE_SESSION_NAME", ""))  # fmt: skip
     if identity is not None:
-        return RefreshingCredentials(lambda: web_identity(*identity, chosen.region), clock)
+        sts = _sts_endpoint(None, chosen.region)
+        return RefreshingCredentials(lambda: web_identity(*identity, sts), clock)
     url = container_url()
     if url is not None:
         return RefreshingCredentials(lambda: container(url), clock)
