@@ -160,8 +160,11 @@ def settings(bucket: str | None) -> Settings:
     when its mapping cannot be used."""
     profile = profile_for(bucket)
     if profile is None:
-        section = _config_section(os.environ.get("AWS_PROFILE") or "default")
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if endpoint and region:  # the config file is not needed (nor read, as before it was)
+            return Settings(None, endpoint.rstrip("/"), region)
+        section = _config_section(os.environ.get("AWS_PROFILE") or "default")
         return Settings(None, (endpoint or _configured_endpoint(section) or "").rstrip("/") or None,
                         _region(section, profile_first=False))  # fmt: skip
     where = f"bucket {bucket!r} maps to profile {profile!r} ({BUCKET_PROFILES})"
