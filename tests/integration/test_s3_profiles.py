@@ -101,11 +101,13 @@ def test_the_cli_validates_publishes_and_inspects_each_store(two_stores) -> None
 SPARK_JOB = """
 import sys
 from pyspark.sql import SparkSession
+import spark_webdataset
 from spark_webdataset.dataset.publish import publish
 from spark_webdataset.dataset.validate import validate_version
 
 first, second = sys.argv[1], sys.argv[2]
-spark = SparkSession.builder.getOrCreate()
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+spark_webdataset.register(spark)
 frame = spark.range(40).selectExpr("format_string('k%03d', id) AS __key__", "concat('text ', id) AS txt")
 frame.repartition(2).write.format("webdataset").mode("overwrite").save(f"{first}/ds/versions/v1")
 read = spark.read.format("webdataset").schema("__key__ string, txt string").load(f"{first}/ds/versions/v1")

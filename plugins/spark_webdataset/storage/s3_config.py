@@ -259,12 +259,15 @@ def _web_identity_of(section: Mapping[str, str] | None) -> tuple[str, str, str] 
     return None
 
 
-def _http(method: str, url: str, timeout: float, **kwargs):
-    """One request to a credential endpoint; None if nothing answers there."""
+def _http(method: str, url: str, timeout: float, direct: bool = False, **kwargs):
+    """One request to a credential endpoint; None if nothing answers there. `direct`: never
+    through an HTTP(S)_PROXY (the container endpoint and instance metadata are on this host)."""
     import requests
 
     try:
-        return requests.request(method, url, timeout=timeout, **kwargs)
+        with requests.Session() as session:
+            session.trust_env = not direct
+            return session.request(method, url, timeout=timeout, **kwargs)
     except (requests.ConnectionError, requests.Timeout):
         return None
 
@@ -355,7 +358,7 @@ def container(url: str) -> Credentials:
             raise MissingCredentials(f"{source}: cannot read {token_file} ({error.strerror})") from None
     elif os.environ.get("AWS_CONTAINER_AUTHORIZATION_TOKEN"):
         headers["Authorization"] = os.environ["AWS_CONTAINER_AUTHORIZATION_TOKEN"]
-    reply = _http("GET", url, 5, headers=headers)
+    reply = _http("GET", url, 5, True, headers=headers)
     if reply is None:
         raise StorageError(f"{source} did not answer")
     if reply.status_code != 200:
@@ -367,18 +370,18 @@ def instance_metadata(base: str) -> Credentials | None:
     """IMDSv2: PUT a session token, GET the instance profile's role, GET its credentials. None if
     nothing answers (not on EC2)."""
     source = f"EC2 instance metadata at {base}"
-    reply = _http("PUT", f"{base}/latest/api/token", METADATA_TIMEOUT,
+    reply = _http("PUT", f"{base}/latest/api/token", METADATA_TIMEOUT, True,
                   headers={"X-aws-ec2-metadata-token-ttl-seconds": "21600"})  # fmt: skip
     if reply is None or reply.status_code != 200:
         return None
     headers = {"X-aws-ec2-metadata-token": reply.text}
     prefix = f"{base}/latest/meta-data/iam/security-credentials/"
-    reply = _http("GET", prefix, METADATA_TIMEOUT, headers=headers)
+    reply = _http("GET", prefix, METADATA_TIMEOUT, True, headers=headers)
     roles = reply.text.split() if reply is not None and reply.status_code == 200 else []
     role = roles[0] if roles else ""
     if not role:
         return None  # an instance without an instance profile
-    reply = _http("GET", prefix + role, METADATA_TIMEOUT, headers=headers)
+    reply = _http("GET", prefix + role, METADATA_TIMEOUT, True, headers=headers)
     if reply is None or reply.status_code != 200:
         raise StorageError(f"{source}: no credentials for role {role!r} (HTTP {getattr(reply, 'status_code', None)})")
     return _from_json(reply, source)
