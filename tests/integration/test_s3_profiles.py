@@ -18,7 +18,7 @@ from spark_webdataset.dataset.layout import Dataset
 from spark_webdataset.dataset.publish import read_latest
 from spark_webdataset.errors import MissingCredentials
 from spark_webdataset.storage import storage_for
-from spark_webdataset.storage.s3 import S3Client, client, client_for
+from spark_webdataset.storage.s3 import S3Client, client_for
 from spark_webdataset.storage.s3_config import BUCKET_PROFILES, Settings, settings
 from tests.support import REPO
 from tests.support.credential_endpoints import CredentialEndpoint
@@ -55,7 +55,8 @@ def two_stores(s3_bucket, second_server, monkeypatch, tmp_path) -> tuple[str, st
     monkeypatch.setenv(BUCKET_PROFILES, f"{other}=other")
     body = ('<CreateBucketConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
             f"<LocationConstraint>{REGION}</LocationConstraint></CreateBucketConfiguration>")  # fmt: skip
-    response = client().request("PUT", other, body=body.encode())
+    # made on the second server directly: a request for it sent anywhere else meets NoSuchBucket
+    response = S3Client(Settings(None, second_server.url, REGION)).request("PUT", other, body=body.encode())
     assert response.status == 200, response.body[:300]
     return s3_bucket, f"s3://{other}"
 
