@@ -194,3 +194,23 @@ def test_gc_keeps_a_retired_parents_layer_file_for_the_child(chain, tmp_path) ->
     for full in (False, True):  # --full reads every shard and compares it with the live rows of every layer
         report = validate_version(f"{root}/versions/{last}", workers=1, progress=False, write_report=False, full=full)
         assert report.ok, (full, report.errors)
+
+
+def test_inspect_and_the_view_show_a_versions_index_layers(chain) -> None:
+    from spark_webdataset.airflow.ui import pages
+    from spark_webdataset.airflow.ui.summary import version_detail
+    from spark_webdataset.dataset.catalog import describe_root, format_description
+
+    root, _, manifests = chain
+    layered = next(v for v, m in manifests.items() if len(m.sample_index_layers) >= 2)
+    layers = manifests[layered].sample_index_layers
+    described = {v.version: v.as_dict() for v in describe_root(root).versions}
+    assert described[layered]["index_layers"] == len(layers)
+    assert described[layered]["index_layer_bytes"] == sum(layer.bytes for layer in layers)
+    assert described["v00"]["index_layers"] == 0
+    line = next(line for line in format_description(describe_root(root)).splitlines() if f" {layered} " in line)
+    assert f"index over {len(layers)} layer(s) of ancestors" in line
+    detail = version_detail(root, layered)
+    assert [layer["version"] for layer in detail["sample_index_layers"]] == [layer.version for layer in layers]
+    html = pages.render("version", base="", name="data", v=detail, api="", preview=None, n=4, record_json="")
+    assert 'id="index-layers"' in html and layers[-1].version in html
