@@ -214,3 +214,25 @@ def test_inspect_and_the_view_show_a_versions_index_layers(chain) -> None:
     assert [layer["version"] for layer in detail["sample_index_layers"]] == [layer.version for layer in layers]
     html = pages.render("version", base="", name="data", v=detail, api="", preview=None, n=4, record_json="")
     assert 'id="index-layers"' in html and layers[-1].version in html
+
+
+def test_a_key_in_a_layer_the_child_keeps_still_fails_an_append(spark, chain, tmp_path) -> None:
+    import shutil
+
+    from spark_webdataset.errors import DuplicateKey, from_spark
+
+    source, expected, manifests = chain
+    root = str(tmp_path / "copy")
+    shutil.copytree(source, root)
+    parent = max(manifests, key=lambda v: (len(manifests[v].sample_index_layers), v))
+    deepest = manifests[parent].sample_index_layers[-1].version
+    samples = spark_webdataset.open(f"{root}/versions/{parent}")
+    key = next(k for k in samples.keys() if samples.locate(k).shard.startswith(f"../{deepest}/"))
+    with pytest.raises(Exception) as caught:
+        _write(spark, root, "v99", {key: "again", "k99999": "new"}, parent, "append")
+    assert isinstance(from_spark(caught.value), DuplicateKey), caught.value
+    assert key in str(caught.value) and f"index layer of version {deepest}" in str(caught.value)
+    assert not Path(root, "versions", "v99", "_manifest.json").exists()
+    _write(spark, root, "v99", {"k99999": "new"}, parent, "append")  # a new key alone is fine
+    assert _publish(root, "v99").sample_index_layers[-1].version == deepest
+    _open_reads_exactly(root, "v99", {**expected[parent], "k99999": "new"})

@@ -60,7 +60,7 @@ from ..format.manifest import IndexLayer, Manifest, ShardEntry
 from ..format.shard_writer import ShardInfo
 from .changes import APPEND, DELETE, ChangePlan, plan_change, rewrite_shards, unique_keys
 from .index_layers import IndexPart, file_rows, fold_count, index_parts, locations
-from .index_merge import base_part_rows, merge_index, task_index_rows, task_keys
+from .index_merge import base_part_rows, layer_rows_near, merge_index, task_index_rows, task_keys
 from .journal import Journal, JournalState, apply, digest, has_landed, journal_job, journal_state, roll_forward
 from .layout import Version
 from .lock import DEFAULT_LEASE_SECONDS, CommitLock
@@ -359,6 +359,13 @@ class CommitPlan:
         ]
         return kept, written
 
+    def _new_keys(self) -> pa.Array | None:
+        """The keys the tasks wrote, sorted and once each (None for a delete: its rows are keys to remove)."""
+        if self.request.change == DELETE:
+            return None
+        keys, _ = unique_keys(task_keys(self.version, m.index_path) for m in self.attempts if m.index_path)
+        return keys
+
     def merge_index(self) -> StagedIndex:
         """The next index: the tasks' rows, a change's moved rows and the base's live rows merged to
         prove every key unique (raise DuplicateKey naming both owners); staged in the job's directory
@@ -375,10 +382,17 @@ class CommitPlan:
         runs: list[Iterator[pa.RecordBatch]] = []
         owners: list[str] = []
         written: set[int] = set()
+        new_keys = self._new_keys() if layers else None
         for part, layer in snapshot.base_parts:
             if layer is None or layer not in layers:
                 written.add(len(runs))
-            runs.append(base_part_rows(part, listed))
+                runs.append(base_part_rows(part, listed))
+            elif new_keys is not None and len(new_keys):
+                # a layer kept as it is: its live keys are unique with the base's other live rows (the
+                # base's own merge proved it), so only the blocks where the new keys fall are read
+                runs.append(layer_rows_near(part, listed, new_keys))
+            else:
+                continue  # no new key (a delete): nothing to prove against this layer
             what = "own index" if layer is None else f"index layer of version {layer.version}"
             owners.append(f"the {snapshot.base_owner}'s {what} ({len(snapshot.base.shards)} committed shard(s))")  # type: ignore[union-attr]
         moved = change.moved_rows() if change is not None else None

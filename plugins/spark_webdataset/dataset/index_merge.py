@@ -51,6 +51,19 @@ def base_part_rows(part: IndexPart, listed: pa.Array) -> Iterator[pa.RecordBatch
         yield batch.cast(MERGE_SCHEMA)
 
 
+def layer_rows_near(part: IndexPart, listed: pa.Array, keys: pa.Array) -> Iterator[pa.RecordBatch]:
+    """The live rows of the blocks of one file that may hold any of the sorted `keys` (MERGE_SCHEMA):
+    what a layer the new version keeps must be merged with to prove the new keys absent from it,
+    at the cost of the blocks the new keys fall in, not of the layer."""
+    from ..format.sample_index import MERGE_SCHEMA, IndexFile
+
+    if not len(keys):
+        return
+    blocks = IndexFile(part, cache_blocks=1, name=part.uri).blocks_holding(keys)
+    for batch in live_rows(part, listed, blocks):
+        yield batch.cast(MERGE_SCHEMA)
+
+
 def merge_index(
     version: Version,
     runs: list[Iterator[pa.RecordBatch]],
