@@ -236,3 +236,24 @@ def test_a_key_in_a_layer_the_child_keeps_still_fails_an_append(spark, chain, tm
     _write(spark, root, "v99", {"k99999": "new"}, parent, "append")  # a new key alone is fine
     assert _publish(root, "v99").sample_index_layers[-1].version == deepest
     _open_reads_exactly(root, "v99", {**expected[parent], "k99999": "new"})
+
+
+def test_a_changed_layer_file_fails_the_childs_validation_and_a_bad_layer_path_is_refused(chain, tmp_path) -> None:
+    import shutil
+
+    from spark_webdataset.errors import CorruptManifest
+
+    source, _, manifests = chain
+    root = str(tmp_path / "copy")
+    shutil.copytree(source, root)
+    child = next(v for v, m in manifests.items() if m.sample_index_layers)
+    layer = manifests[child].sample_index_layers[0]
+    stored = Path(root, "versions", layer.version, layer.path)
+    stored.write_bytes(stored.read_bytes() + b"\0")
+    report = validate_version(f"{root}/versions/{child}", workers=1, progress=False, write_report=False)
+    assert not report.ok and any("sample index layer" in error["error"] for error in report.errors), report.errors
+    document = json.loads(Path(root, "versions", child, "_manifest.json").read_text())
+    document["sample_index_layers"][0]["path"] = "../../../etc/passwd"
+    Path(root, "versions", child, "_manifest.json").write_text(json.dumps(document))
+    with pytest.raises(CorruptManifest, match="sample index layer"):
+        spark_webdataset.open(f"{root}/versions/{child}")
