@@ -1,0 +1,619 @@
+"""The driver's metadata operations at 10k and 100k shards: what grows with the dataset, not the change.
+
+    .venv/bin/python bench/scale.py             # 10k and 100k shards of 10M keys; chains; fake-gcs-server at 10k
+    .venv/bin/python bench/scale.py --quick     # 500 and 2,000 shards of 200k keys; small chains; emulator 200
+    .venv/bin/python bench/scale.py --no-gcs --shards 10000 --keys 10000000
+
+Per dataset size (--shards N shards, --keys K keys in all), on one root, each step timed alone:
+
+  commit base      N staged task attempts (one tiny real shard each: one sample written by the
+                   package's ShardWriter, so sizes and crc32c are what the commit checks; its sample
+                   index run lists K/N keys, all located at that one sample: synthetic rows, real
+                   bytes) made final by dataset.commit.commit_job, with its merge and rename phases.
+  publish base     dataset.publish.publish. Validation is not run on the base (its index rows are
+                   synthetic): a report is written for it from the manifest and the listing's
+                   identities, as validation writes one (untimed), so that publish and a child's
+                   validation have what they read.
+  child commit     a version on the base with one task of 1,000 real new samples (change append):
+                   the daily job's commit, of a change that is constant while the dataset grows.
+  validate child   validate_version of that child (its shard opened; the N referenced shards proven
+                   by identity against the base's report; the whole sample index read for counts).
+  publish child    publish of the child.
+  open + get       spark_webdataset.open(ROOT) (LATEST, record, manifest, index footer) and one get(key)
+                   of the child's own sample, then one of a referenced sample (warm reader).
+  inspect          catalog.describe_root(ROOT) (what `spark-webdataset inspect ROOT` prints).
+
+Chains (--chains VxN): V published versions of N shards each, every child referencing the first's
+N shards plus one shard of its own (manifests, validation reports and sample index files written
+directly, shard and index files hard links of one file: untimed; each publish is timed and the
+mean reported), then inspect, a gc plan (`gc --dry-run`) and retention.collect(keep_last 3, min_age 0).
+
+Merge (--merge-keys): format.keys merge_blocks + first_duplicate_in_blocks over 100 in-memory
+sorted runs (as bench/commit_scaling.py), the merge alone without the index's parquet write.
+
+For every step: wall seconds, CPU seconds of this process (and children), Storage calls by method
+(the outermost call: a `read_bytes` calling `open_read` is one; listings also count the entries
+they returned, so a GCS/S3 listing's pages are ceil(entries / 1000)), on gs:// also the HTTP
+requests by kind, and this process's peak RSS above its RSS when the step began (sampled every
+20 ms, after a malloc_trim). The notes print each step at the two sizes, the ratio of their costs
+against the ratio of the sizes, and the slope (seconds a shard, a key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import io
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np  # noqa: E402
+import psutil  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+from harness import MIB, Benchmark, Case, Contender, RssSampler, emulator, main, measure, print_table
+
+BUCKET = "bench-scale"
+CHILD_SAMPLES = 1000
+PAYLOAD = b"x" * 100
+STORAGE_METHODS = (
+    "open_write", "open_read", "exists", "list_sizes", "list_dirs", "delete", "delete_tree", "rename_new",
+    "same_object", "identities", "delete_if_identity", "write_atomic", "create_only", "read_versioned",
+    "replace_if", "delete_if", "newest_modification", "remove_empty_dir", "crc32c_below", "objects",
+    "read_bytes", "read_range",
+)  # fmt: skip
+LISTINGS = ("list_sizes", "list_dirs", "identities", "crc32c_below", "objects")
+
+
+# -- counting requests ----------------------------------------------------------------
+
+
+class Requests:
+    """Calls into the Storage backends (outermost only, per thread) by method, the entries listings
+    returned, and on gs:// the HTTP requests sent, by kind (instrumentation only)."""
+
+    def __init__(self) -> None:
+        self.lock, self.depth = threading.Lock(), threading.local()
+        self.reset()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.calls: dict[str, int] = {}
+            self.listed: dict[str, int] = {}
+            self.http: dict[str, int] = {}
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {"storage_calls": sum(self.calls.values()), "calls": dict(sorted(self.calls.items())),
+                    "listed_entries": dict(self.listed), "http": dict(sorted(self.http.items())),
+                    "http_requests": sum(self.http.values())}  # fmt: skip
+
+    def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(self.depth, "n", 0)
+            self.depth.n = depth + 1
+            try:
+                value = original(*args, **kwargs)
+            finally:
+                self.depth.n = depth
+            if depth == 0:
+                with self.lock:
+                    self.calls[name] = self.calls.get(name, 0) + 1
+                    if name in LISTINGS and value is not None:
+                        self.listed[name] = self.listed.get(name, 0) + len(value)
+            return value
+
+        return counted
+
+    def install(self) -> None:
+        from requests.adapters import HTTPAdapter
+
+        from spark_webdataset.storage.base import Storage
+        from spark_webdataset.storage.gcs import GCSStorage
+        from spark_webdataset.storage.local import LocalStorage
+
+        for cls in (LocalStorage, GCSStorage):
+            for name in STORAGE_METHODS:
+                original = getattr(cls, name, None) or getattr(Storage, name)
+                setattr(cls, name, self._wrap(name, original))
+        send = HTTPAdapter.send
+
+        def counted_send(adapter: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+            kind = http_kind(request.method, request.url)
+            with self.lock:
+                self.http[kind] = self.http.get(kind, 0) + 1
+            return send(adapter, request, *args, **kwargs)
+
+        HTTPAdapter.send = counted_send  # type: ignore[method-assign]
+
+
+def http_kind(method: str, url: str) -> str:
+    """A GCS JSON API request's kind and price class (A: writes, lists, copies; B: reads; free: DELETE)."""
+    path = url.split("?", 1)[0]
+    query = url.split("?", 1)[1] if "?" in url else ""
+    if method == "DELETE":
+        return "delete (free)"
+    if "/upload/" in path or method == "PUT":
+        return "upload (A)"
+    if "rewriteTo" in path or "copyTo" in path or "compose" in path:
+        return "copy (A)"
+    if method in ("PATCH", "POST"):
+        return f"{method.lower()} (A)"
+    if path.rstrip("/").endswith("/o"):
+        return "list (A)"
+    if "alt=media" in query:
+        return "get media (B)"
+    return "get metadata (B)"
+
+
+REQUESTS = Requests()
+
+
+# -- memory -----------------------------------------------------------------------------
+
+
+def trim() -> None:
+    """Give freed memory back before a step, so the step's peak RSS above its start is its own."""
+    import gc
+
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def step(fn: Callable[[], Any]) -> Callable[[], dict[str, Any]]:
+    """`fn` run with requests counted and this process's RSS sampled every 20 ms."""
+
+    def run() -> dict[str, Any]:
+        trim()
+        me = psutil.Process()
+        start = me.memory_info().rss
+        REQUESTS.reset()
+        sampler = RssSampler(select=lambda p: "self", interval=0.02, candidates=lambda: [me])
+        with sampler:
+            value = fn()
+        peak = sampler.peaks.get(me.pid, start)
+        record = {"peak_rss_mib": round(peak / MIB, 1), "rss_growth_mib": round(max(0, peak - start) / MIB, 1),
+                  **REQUESTS.snapshot()}  # fmt: skip
+        if isinstance(value, dict):
+            record.update(value)
+        return record
+
+    return run
+
+
+# -- the data -----------------------------------------------------------------------------
+
+
+class Tar(io.BytesIO):
+    """A shard the ShardWriter writes into memory (it closes each stream it finishes)."""
+
+    def close(self) -> None:
+        self.data = self.getvalue()
+        super().close()
+
+
+def real_shard(keys: list[str]) -> tuple[bytes, Any, pa.RecordBatch]:
+    """A real shard of `keys` (field `bin`, 100 B each): its bytes, ShardInfo and TASK_SCHEMA rows."""
+    from spark_webdataset.format.shard_writer import ShardWriter
+
+    streams: list[Tar] = []
+
+    def open_shard(_: int) -> Tar:
+        streams.append(Tar())
+        return streams[-1]
+
+    writer = ShardWriter(["bin"], open_shard, 1 << 40)
+    writer.write_batch(pa.array(keys, pa.large_string()), [pa.array([PAYLOAD] * len(keys), pa.large_binary())])
+    (info,) = writer.close()
+    return streams[0].data, info, pa.concat_batches(writer.index_rows)
+
+
+def base_keys(shard: int, count: int) -> pa.Array:
+    """Shard `shard`'s `count` keys, sorted: b<shard 7 digits>-<i 6 digits>."""
+    suffix = pc.utf8_lpad(pc.cast(pa.array(np.arange(count)), pa.string()), 6, "0")
+    return pc.binary_join_element_wise(f"b{shard:07d}-", suffix, "").cast(pa.large_string())
+
+
+def run_bytes(rows: pa.RecordBatch) -> bytes:
+    from spark_webdataset.format.sample_index import TASK_SCHEMA
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, TASK_SCHEMA) as ipc:
+        ipc.write_batch(rows)
+    return sink.getvalue().to_pybytes()
+
+
+def stage_base(uri: str, shards: int, keys: int, threads: int) -> tuple[Any, list[Any]]:
+    """A writer on `uri` and the commit messages of `shards` attempts: one real one-sample shard each
+    (key b<n>-000000) whose index run lists keys // shards keys, all located at that sample."""
+    from spark_webdataset.dataset.tree import STAGED_INDEX_NAME, staged_shard_name
+    from spark_webdataset.format.sample_index import TASK_SCHEMA
+    from spark_webdataset.format.shard_writer import ShardInfo
+    from spark_webdataset.spark.writer import WebDatasetCommitMessage
+
+    writer = make_writer(uri, {})
+    storage = writer.version.storage
+    per_shard = max(1, keys // shards)
+    local = not uri.startswith(("gs://", "s3://"))
+
+    def put(path: str, data: bytes) -> None:
+        if local:  # untimed staging: plain writes (the commit reads them the same; no fsync needed)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as stream:
+                stream.write(data)
+        else:
+            storage.write_atomic(path, data)
+
+    def one(partition: int) -> Any:
+        staging = storage.join(writer.staging_root, f"p{partition:05d}-a0-t{partition}")
+        names = base_keys(partition, per_shard)
+        data, info, real = real_shard([names[0].as_py()])
+        count = len(names)
+        rows = pa.record_batch(
+            [names, pa.array(np.zeros(count, np.int32)), pa.array(np.full(count, real.column(2)[0].as_py(), np.int64)),
+             pa.array(np.full(count, real.column(3)[0].as_py(), np.int64)),
+             pa.array(np.full(count, real.column(4)[0].as_py(), np.uint32))], schema=TASK_SCHEMA)  # fmt: skip
+        put(storage.join(staging, staged_shard_name(0)), data)
+        index_path = storage.join(staging, STAGED_INDEX_NAME)
+        put(index_path, run_bytes(rows))
+        shard = ShardInfo(0, count, info.bytes, info.crc32c, names[0].as_py(), names[count - 1].as_py())
+        return WebDatasetCommitMessage(partition, 0, partition, staging, [shard], index_path, True)
+
+    with ThreadPoolExecutor(threads) as pool:
+        return writer, list(pool.map(one, range(shards)))
+
+
+def make_writer(uri: str, options: dict[str, str]) -> Any:
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    from spark_webdataset.spark.options import WriteOptions
+    from spark_webdataset.spark.writer import WebDatasetWriter
+
+    schema = StructType([StructField("__key__", StringType()), StructField("bin", BinaryType())])
+    return WebDatasetWriter(WriteOptions.parse({"path": uri, **options}), schema, overwrite=True)
+
+
+def stage_child(uri: str, parent: str) -> tuple[Any, list[Any], list[str]]:
+    """One attempt of CHILD_SAMPLES real new samples (keys n<i>) on `parent`, change append."""
+    from spark_webdataset.dataset.tree import STAGED_INDEX_NAME, staged_shard_name
+    from spark_webdataset.spark.writer import WebDatasetCommitMessage
+
+    writer = make_writer(uri, {"parent": parent, "change": "append"})
+    storage = writer.version.storage
+    keys = [f"n{i:09d}" for i in range(CHILD_SAMPLES)]
+    data, info, rows = real_shard(keys)
+    staging = storage.join(writer.staging_root, "p00000-a0-t0")
+    storage.write_atomic(storage.join(staging, staged_shard_name(0)), data)
+    index_path = storage.join(staging, STAGED_INDEX_NAME)
+    storage.write_atomic(index_path, run_bytes(rows))
+    return writer, [WebDatasetCommitMessage(0, 0, 0, staging, [info], index_path, True)], keys
+
+
+def write_report(version_uri: str) -> None:
+    """The validation report validation would write for a sound version (untimed): every own shard
+    ok with the manifest's crc32c and the listing's identity (the base's index rows are synthetic, so
+    validation proper would refuse it)."""
+    from spark_webdataset.dataset.layout import Version
+    from spark_webdataset.dataset.validate import ValidationReport, _as_json
+
+    version = Version.at(version_uri)
+    data, _ = version.read_manifest_bytes()
+    from spark_webdataset.format.manifest import Manifest
+
+    manifest = Manifest.from_json(data)
+    identities = version.storage.identities(version.uri)
+    import hashlib
+
+    report = ValidationReport(version.uri, hashlib.sha256(data).hexdigest())
+    for shard in manifest.shards:
+        report.shards.append({
+            "name": shard.location, "ok": True, "samples": shard.samples, "bytes": shard.bytes,
+            "crc32c": shard.crc32c, "sha256": None, "errors": 0,
+            "identity": _as_json(identities.get(shard.name)) if shard.version is None else None,
+        })  # fmt: skip
+    version.storage.write_atomic(version.validation_uri, report.to_json())
+
+
+# -- one dataset size -------------------------------------------------------------------------
+
+
+def timed_commit(request_of: Callable[[], Any]) -> Callable[[], dict[str, Any]]:
+    """commit_job with its merge and rename phases timed where it looks them up."""
+    from spark_webdataset.dataset import commit as commit_module
+    from spark_webdataset.dataset import journal as journal_module
+
+    def run() -> dict[str, Any]:
+        phases: dict[str, float] = {}
+        saved = {(commit_module.CommitPlan, "merge_index"): commit_module.CommitPlan.merge_index,
+                 (journal_module, "rename_all"): journal_module.rename_all}  # fmt: skip
+
+        def timed(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    phases[f"{name}_s"] = round(time.perf_counter() - started, 3)
+
+            return wrapper
+
+        request = request_of()
+        try:
+            for (owner, name), original in saved.items():
+                setattr(owner, name, timed(name, original))
+            manifest = commit_module.commit_job(request)
+        finally:
+            for (owner, name), original in saved.items():
+                setattr(owner, name, original)
+        return {**phases, "samples": manifest.samples, "shards": len(manifest.shards),
+                "index_bytes": manifest.sample_index_bytes, "manifest_bytes": len(manifest.to_json())}  # fmt: skip
+
+    return run
+
+
+def size_cases(root: str, shards: int, keys: int, args: argparse.Namespace, label: str) -> list[dict[str, Any]]:
+    """The steps on one root of `shards` shards and `keys` keys (see the module's docstring)."""
+    import spark_webdataset
+    from spark_webdataset.dataset.catalog import describe_root
+    from spark_webdataset.dataset.publish import publish
+    from spark_webdataset.dataset.validate import validate_version
+
+    base, child = f"{root}/versions/v0000", f"{root}/versions/v0001"
+    info = {"store": label, "size": shards, "unit": "shards", "keys": keys}
+    staged: dict[str, Any] = {}
+    cases = []
+
+    def case(name: str, fn: Callable[[], Any], work: float, prepare: Callable[[], Any] | None = None) -> None:
+        contender = Contender(step(fn), work, prepare)
+        result = measure(Case(f"{label} {shards} {name}", {name: contender}, unit="shards", scale=1,
+                              info={**info, "step": name}), args, repeats=1, warmup=0)  # fmt: skip
+        cases.append(result)
+
+    def prepare_base() -> None:
+        started = time.perf_counter()
+        staged["base"] = stage_base(base, shards, keys, args.stage_threads)
+        print(f"   staged {shards} attempts in {time.perf_counter() - started:.1f} s", flush=True)
+
+    def base_request() -> Any:
+        writer, messages = staged.pop("base")
+        return writer.commit_request(messages)
+
+    case("commit base", timed_commit(base_request), shards, prepare_base)
+    write_report(base)
+    case("publish base", lambda: publish(root, "v0000").as_dict(), shards)
+
+    def prepare_child() -> None:
+        writer, messages, child_keys = stage_child(child, "v0000")
+        staged["child"], staged["child_keys"] = (writer, messages), child_keys
+
+    def child_request() -> Any:
+        writer, messages = staged.pop("child")
+        return writer.commit_request(messages)
+
+    case("child commit", timed_commit(child_request), shards, prepare_child)
+
+    def validate() -> dict[str, Any]:
+        report = validate_version(child, workers=1)
+        assert report.ok, report.summary()
+        return {"report_shards": len(report.shards)}
+
+    case("validate child", validate, shards)
+    case("publish child", lambda: publish(root, "v0001").as_dict(), shards)
+
+    def open_get() -> dict[str, Any]:
+        started = time.perf_counter()
+        reader = spark_webdataset.open(root)
+        opened = time.perf_counter()
+        before = REQUESTS.snapshot()["storage_calls"]
+        own_key = staged["child_keys"][CHILD_SAMPLES // 2]
+        assert reader.get(own_key)["__key__"] == own_key
+        got = time.perf_counter()
+        own_calls = REQUESTS.snapshot()["storage_calls"] - before
+        referenced_key = f"b{shards // 2:07d}-000000"
+        assert reader.get(referenced_key)["__key__"] == referenced_key
+        referenced_calls = REQUESTS.snapshot()["storage_calls"] - before - own_calls
+        return {"open_s": round(opened - started, 4), "get_s": round(got - opened, 4), "len": len(reader),
+                "open_calls": before, "get_own_calls": own_calls, "get_referenced_calls": referenced_calls}  # fmt: skip
+
+    case("open + get", open_get, shards)
+
+    def inspect() -> dict[str, Any]:
+        described = describe_root(root)
+        return {"versions": len(described.versions)}
+
+    case("inspect", inspect, shards)
+    return cases
+
+
+# -- chains of versions ------------------------------------------------------------------------
+
+
+def build_chain(root: str, versions: int, shards: int) -> list[float]:
+    """`versions` published versions of `shards` shards (see the docstring); each publish's seconds."""
+    from spark_webdataset.dataset.layout import Dataset
+    from spark_webdataset.dataset.publish import publish
+    from spark_webdataset.dataset.tree import WRITER_MARK, sample_index_path, shard_name
+    from spark_webdataset.format.manifest import Manifest, ShardEntry
+    from spark_webdataset.format.sample_index import write_index
+
+    dataset = Dataset(root)
+    source = os.path.join(root, "_source")
+    os.makedirs(source)
+    data, info, rows = real_shard(["a"])
+    with open(f"{source}/shard.tar", "wb") as stream:
+        stream.write(data)
+    write_index([named_index_row(rows)], f"{source}/index.parquet")
+    index_size = os.path.getsize(f"{source}/index.parquet")
+    fields = [{"name": "bin", "type": "binary"}]
+
+    def entry(name: str, version: str | None) -> ShardEntry:
+        return ShardEntry(name, 1, info.bytes, "a", "a", info.crc32c, None, True, version)
+
+    publish_s: list[float] = []
+    first = [entry(shard_name(n), None) for n in range(shards)]
+    referenced = [dataclass_replace(e, version="c0000") for e in first]
+    for number in range(versions):
+        version_id = f"c{number:04d}"
+        directory = dataset.version(version_id).uri
+        os.makedirs(f"{directory}/_index")
+        with open(f"{directory}/_WEBDATASET", "wb") as stream:
+            stream.write(WRITER_MARK)
+        own = first if number == 0 else [entry(shard_name(shards + number), None)]
+        for shard in own:
+            os.link(f"{source}/shard.tar", f"{directory}/{shard.name}")
+        os.link(f"{source}/index.parquet", f"{directory}/{sample_index_path(0)}")
+        manifest = Manifest(
+            (own if number == 0 else referenced + own), fields, {}, {"job_id": version_id},
+            sample_index_path(0), index_size, None if number == 0 else f"c{number - 1:04d}",
+        )  # fmt: skip
+        with open(f"{directory}/_manifest.json", "wb") as stream:
+            stream.write(manifest.to_json())
+        write_report(directory)
+        started = time.perf_counter()
+        publish(root, version_id)
+        publish_s.append(time.perf_counter() - started)
+    return publish_s
+
+
+def named_index_row(rows: pa.RecordBatch) -> pa.RecordBatch:
+    from spark_webdataset.format.sample_index import named_rows
+
+    return named_rows(rows, pa.array(["shard-000000.tar"], pa.string()))
+
+
+def dataclass_replace(value: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(value, **changes)
+
+
+def chain_cases(root: str, versions: int, shards: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    from spark_webdataset.dataset.catalog import describe_root
+    from spark_webdataset.dataset.retention import RetentionPolicy, collect, plan
+
+    label = f"chain {versions}x{shards}"
+    info = {"store": f"local chain of {versions}", "size": shards, "unit": "shards a version", "versions": versions}
+    built: dict[str, Any] = {}
+    cases = []
+
+    def build() -> dict[str, Any]:
+        seconds = build_chain(root, versions, shards)
+        built["publish"] = seconds
+        return {"publish_mean_s": round(float(np.mean(seconds)), 4), "publish_first_s": round(seconds[0], 4),
+                "publish_last_s": round(seconds[-1], 4),
+                "publish_last10_mean_s": round(float(np.mean(seconds[-10:])), 4)}  # fmt: skip
+
+    policy = RetentionPolicy(keep_last=3, min_age_seconds=0)
+    steps = {
+        "build + publish each": (build, versions),
+        "inspect": (lambda: {"versions": len(describe_root(root).versions)}, versions),
+        "gc plan": (lambda: {"retire": len(plan(root, policy).retired)}, versions),
+        "gc": (lambda: {"retired": len(collect(root, policy).retired)}, versions),
+    }
+    for name, (fn, work) in steps.items():
+        contender = Contender(step(fn), work)
+        cases.append(measure(Case(f"{label} {name}", {name: contender}, unit="versions", scale=1,
+                                  info={**info, "step": name}), args, repeats=1, warmup=0))  # fmt: skip
+    return cases
+
+
+def merge_case(total: int, runs: int, args: argparse.Namespace) -> dict[str, Any]:
+    from commit_scaling import merge_contender
+
+    contender = merge_contender(total, runs)
+    contender.run = step(contender.run)
+    return measure(Case(f"merge {total:,} keys", {f"{runs} runs": contender}, unit="keys", scale=1,
+                        info={"store": "memory", "size": total, "unit": "keys", "step": "merge"}), args, repeats=1, warmup=0)  # fmt: skip
+
+
+# -- the benchmark ------------------------------------------------------------------------------
+
+
+def flags(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--shards", type=int, nargs="+", default=[10_000, 100_000], help="dataset sizes (shards)")
+    add("--keys", type=int, default=10_000_000, help="keys of the base version at every size")
+    add(
+        "--chains",
+        nargs="*",
+        default=["1000x100", "1000x1000", "100x10000"],
+        help="VERSIONSxSHARDS chains for inspect/gc",
+    )
+    add("--merge-keys", type=int, nargs="*", default=[10_000_000], help="in-memory merges (keys)")
+    add("--gcs-shards", type=int, nargs="*", default=[10_000], help="sizes on fake-gcs-server (none: skip)")
+    add("--gcs-keys", type=int, default=1_000_000, help="keys of the base version on the emulator")
+    add("--no-gcs", action="store_true")
+    add("--stage-threads", type=int, default=4)
+    add("--only", choices=("sizes", "chains", "merge", "gcs"), help="run one part")
+
+
+def quick(args: argparse.Namespace) -> None:
+    args.shards, args.keys, args.chains, args.merge_keys = [500, 2000], 200_000, ["50x100", "10x1000"], [1_000_000]
+    args.gcs_shards, args.gcs_keys = [200], 20_000
+
+
+def ratio_notes(cases: list[dict[str, Any]]) -> list[str]:
+    """Each step at its sizes: seconds, CPU, calls, peak RSS growth; the cost ratio against the size ratio."""
+    rows, notes = [], []
+    by_step: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for case in cases:
+        (record,) = [r for c in case["contenders"].values() for r in c["runs"]]
+        key, size = (case["store"], case["step"]), case["size"]
+        by_step.setdefault(key, []).append({"size": size, **record})
+        http = f" http {record['http_requests']}" if record.get("http_requests") else ""
+        rows.append([key[0], case["step"], f"{size:,} {case['unit']}", f"{record['seconds']:.3f}",
+                     f"{record['our_cpu_s']:.2f}", f"{record['storage_calls']}{http}",
+                     f"{record['rss_growth_mib']:.0f}"])  # fmt: skip
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        print_table(["store", "step", "size", "s", "cpu s", "calls", "rss +MiB"], rows)
+    notes += [
+        "",
+        "steps (calls: Storage calls; http: requests to the emulator; rss: peak above the step's start):",
+        *buffer.getvalue().splitlines(),
+        "",
+    ]
+    for (store, name), points in by_step.items():
+        if len(points) < 2:
+            continue
+        small, large = points[0], points[-1]
+        grow = large["size"] / small["size"]
+        cost = large["seconds"] / max(small["seconds"], 1e-6)
+        calls = large["storage_calls"] / max(small["storage_calls"], 1)
+        slope = (large["seconds"] - small["seconds"]) / (large["size"] - small["size"])
+        notes.append(f"  {store} {name}: size x{grow:g} -> time x{cost:.1f}, calls x{calls:.1f}, "
+                     f"rss +{small['rss_growth_mib']:.0f} -> +{large['rss_growth_mib']:.0f} MiB; "
+                     f"slope {slope * 1e6:.2f} us a unit")  # fmt: skip
+    return notes
+
+
+def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
+    REQUESTS.install()
+    cases: list[dict[str, Any]] = []
+    if args.only in (None, "sizes"):
+        for shards in args.shards:
+            cases += size_cases(os.path.join(workdir, f"size-{shards}"), shards, args.keys, args, "local")
+    if args.only in (None, "chains"):
+        for chain in args.chains:
+            versions, shards = (int(x) for x in chain.split("x"))
+            cases += chain_cases(os.path.join(workdir, f"chain-{chain}"), versions, shards, args)
+    if args.only in (None, "merge"):
+        cases += [merge_case(total, 100, args) for total in args.merge_keys]
+    if not args.no_gcs and args.gcs_shards and args.only in (None, "gcs"):
+        with emulator(BUCKET):
+            for shards in args.gcs_shards:
+                cases += size_cases(f"gs://{BUCKET}/size-{shards}", shards, args.gcs_keys, args, "gcs")
+    return {"cases": cases, "notes": ratio_notes(cases)}
+
+
+BENCH = Benchmark("scale", __doc__, run, flags, quick, defaults={"repeats": 1, "warmup": 0})
+
+if __name__ == "__main__":
+    main(BENCH)
