@@ -86,12 +86,13 @@ class Requests:
             self.calls: dict[str, int] = {}
             self.listed: dict[str, int] = {}
             self.http: dict[str, int] = {}
+            self.bytes_read = 0
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
             return {"storage_calls": sum(self.calls.values()), "calls": dict(sorted(self.calls.items())),
                     "listed_entries": dict(self.listed), "http": dict(sorted(self.http.items())),
-                    "http_requests": sum(self.http.values())}  # fmt: skip
+                    "http_requests": sum(self.http.values()), "bytes_read": self.bytes_read}  # fmt: skip
 
     def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def counted(*args: Any, **kwargs: Any) -> Any:
@@ -106,6 +107,9 @@ class Requests:
                     self.calls[name] = self.calls.get(name, 0) + 1
                     if name in LISTINGS and value is not None:
                         self.listed[name] = self.listed.get(name, 0) + len(value)
+                    data = value[0] if isinstance(value, tuple) else value
+                    if isinstance(data, (bytes, bytearray, memoryview)):
+                        self.bytes_read += len(data)
             return value
 
         return counted
@@ -176,11 +180,16 @@ def step(fn: Callable[[], Any]) -> Callable[[], dict[str, Any]]:
         start = me.memory_info().rss
         REQUESTS.reset()
         sampler = RssSampler(select=lambda p: "self", interval=0.02, candidates=lambda: [me])
+        error = None
         with sampler:
-            value = fn()
+            try:
+                value = fn()
+            except Exception as failure:  # noqa: BLE001 - recorded: a step that fails at scale is a finding
+                value, error = None, f"{type(failure).__name__}: {str(failure)[:400]}"
+                print(f"   FAILED: {error}", flush=True)
         peak = sampler.peaks.get(me.pid, start)
         record = {"peak_rss_mib": round(peak / MIB, 1), "rss_growth_mib": round(max(0, peak - start) / MIB, 1),
-                  **REQUESTS.snapshot()}  # fmt: skip
+                  **REQUESTS.snapshot(), **({"error": error} if error else {})}  # fmt: skip
         if isinstance(value, dict):
             record.update(value)
         return record
@@ -230,9 +239,10 @@ def run_bytes(rows: pa.RecordBatch) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def stage_base(uri: str, shards: int, keys: int, threads: int) -> tuple[Any, list[Any]]:
-    """A writer on `uri` and the commit messages of `shards` attempts: one real one-sample shard each
-    (key b<n>-000000) whose index run lists keys // shards keys, all located at that sample."""
+def stage_base(uri: str, shards: int, keys: int, threads: int, per_task: int = 1) -> tuple[Any, list[Any]]:
+    """A writer on `uri` and the commit messages of shards / per_task attempts of `per_task` shards
+    each: every shard a real one-sample shard (key b<n>-000000) whose index rows list keys // shards
+    keys, all located at that sample."""
     from spark_webdataset.dataset.tree import STAGED_INDEX_NAME, staged_shard_name
     from spark_webdataset.format.sample_index import TASK_SCHEMA
     from spark_webdataset.format.shard_writer import ShardInfo
@@ -253,21 +263,28 @@ def stage_base(uri: str, shards: int, keys: int, threads: int) -> tuple[Any, lis
 
     def one(partition: int) -> Any:
         staging = storage.join(writer.staging_root, f"p{partition:05d}-a0-t{partition}")
-        names = base_keys(partition, per_shard)
-        data, info, real = real_shard([names[0].as_py()])
-        count = len(names)
-        rows = pa.record_batch(
-            [names, pa.array(np.zeros(count, np.int32)), pa.array(np.full(count, real.column(2)[0].as_py(), np.int64)),
-             pa.array(np.full(count, real.column(3)[0].as_py(), np.int64)),
-             pa.array(np.full(count, real.column(4)[0].as_py(), np.uint32))], schema=TASK_SCHEMA)  # fmt: skip
-        put(storage.join(staging, staged_shard_name(0)), data)
+        infos, runs = [], []
+        for sequence in range(per_task):
+            number = partition * per_task + sequence
+            names = base_keys(number, per_shard)
+            data, info, real = real_shard([names[0].as_py()])
+            count = len(names)
+            located = [
+                np.full(count, real.column(i)[0].as_py(), dtype)
+                for i, dtype in ((2, np.int64), (3, np.int64), (4, np.uint32))
+            ]
+            runs.append(pa.record_batch([names, pa.array(np.full(count, sequence, np.int32)), *map(pa.array, located)],
+                                        schema=TASK_SCHEMA))  # fmt: skip
+            put(storage.join(staging, staged_shard_name(sequence)), data)
+            infos.append(
+                ShardInfo(sequence, count, info.bytes, info.crc32c, names[0].as_py(), names[count - 1].as_py())
+            )
         index_path = storage.join(staging, STAGED_INDEX_NAME)
-        put(index_path, run_bytes(rows))
-        shard = ShardInfo(0, count, info.bytes, info.crc32c, names[0].as_py(), names[count - 1].as_py())
-        return WebDatasetCommitMessage(partition, 0, partition, staging, [shard], index_path, True)
+        put(index_path, run_bytes(pa.concat_batches(runs)))
+        return WebDatasetCommitMessage(partition, 0, partition, staging, infos, index_path, True)
 
     with ThreadPoolExecutor(threads) as pool:
-        return writer, list(pool.map(one, range(shards)))
+        return writer, list(pool.map(one, range(shards // per_task)))
 
 
 def make_writer(uri: str, options: dict[str, str]) -> Any:
@@ -359,33 +376,37 @@ def timed_commit(request_of: Callable[[], Any]) -> Callable[[], dict[str, Any]]:
 
 
 def size_cases(root: str, shards: int, keys: int, args: argparse.Namespace, label: str) -> list[dict[str, Any]]:
-    """The steps on one root of `shards` shards and `keys` keys (see the module's docstring)."""
+    """The steps on one root of `shards` shards and `keys` keys (see the module's docstring); a step
+    that fails is recorded with its error and ends this size."""
     import spark_webdataset
     from spark_webdataset.dataset.catalog import describe_root
     from spark_webdataset.dataset.publish import publish
     from spark_webdataset.dataset.validate import validate_version
 
     base, child = f"{root}/versions/v0000", f"{root}/versions/v0001"
-    info = {"store": label, "size": shards, "unit": "shards", "keys": keys}
+    per_task = args.shards_per_task
+    info = {"store": label, "size": shards, "size_unit": "shards", "keys": keys, "shards_per_task": per_task}
     staged: dict[str, Any] = {}
     cases = []
 
-    def case(name: str, fn: Callable[[], Any], work: float, prepare: Callable[[], Any] | None = None) -> None:
+    def case(name: str, fn: Callable[[], Any], work: float, prepare: Callable[[], Any] | None = None) -> bool:
         contender = Contender(step(fn), work, prepare)
         result = measure(Case(f"{label} {shards} {name}", {name: contender}, unit="shards", scale=1,
                               info={**info, "step": name}), args, repeats=1, warmup=0)  # fmt: skip
         cases.append(result)
+        return not any("error" in r for c in result["contenders"].values() for r in c["runs"])
 
     def prepare_base() -> None:
         started = time.perf_counter()
-        staged["base"] = stage_base(base, shards, keys, args.stage_threads)
+        staged["base"] = stage_base(base, shards, keys, args.stage_threads, per_task)
         print(f"   staged {shards} attempts in {time.perf_counter() - started:.1f} s", flush=True)
 
     def base_request() -> Any:
         writer, messages = staged.pop("base")
         return writer.commit_request(messages)
 
-    case("commit base", timed_commit(base_request), shards, prepare_base)
+    if not case("commit base", timed_commit(base_request), shards, prepare_base):
+        return cases
     write_report(base)
     case("publish base", lambda: publish(root, "v0000").as_dict(), shards)
 
@@ -397,7 +418,8 @@ def size_cases(root: str, shards: int, keys: int, args: argparse.Namespace, labe
         writer, messages = staged.pop("child")
         return writer.commit_request(messages)
 
-    case("child commit", timed_commit(child_request), shards, prepare_child)
+    if not case("child commit", timed_commit(child_request), shards, prepare_child):
+        return cases
 
     def validate() -> dict[str, Any]:
         report = validate_version(child, workers=1)
@@ -408,19 +430,34 @@ def size_cases(root: str, shards: int, keys: int, args: argparse.Namespace, labe
     case("publish child", lambda: publish(root, "v0001").as_dict(), shards)
 
     def open_get() -> dict[str, Any]:
+        import pyarrow.parquet as pq
+
+        from spark_webdataset.dataset.layout import Dataset
+
+        version, manifest = Dataset(root).latest()  # the index's directory, before anything is counted
+        with version.storage.open_read(version.path(manifest.sample_index)) as stream:
+            meta = pq.ParquetFile(stream).metadata
+        REQUESTS.reset()
         started = time.perf_counter()
         reader = spark_webdataset.open(root)
         opened = time.perf_counter()
-        before = REQUESTS.snapshot()["storage_calls"]
+        at_open = REQUESTS.snapshot()
         own_key = staged["child_keys"][CHILD_SAMPLES // 2]
         assert reader.get(own_key)["__key__"] == own_key
         got = time.perf_counter()
-        own_calls = REQUESTS.snapshot()["storage_calls"] - before
+        at_own = REQUESTS.snapshot()
         referenced_key = f"b{shards // 2:07d}-000000"
         assert reader.get(referenced_key)["__key__"] == referenced_key
-        referenced_calls = REQUESTS.snapshot()["storage_calls"] - before - own_calls
-        return {"open_s": round(opened - started, 4), "get_s": round(got - opened, 4), "len": len(reader),
-                "open_calls": before, "get_own_calls": own_calls, "get_referenced_calls": referenced_calls}  # fmt: skip
+        at_end = REQUESTS.snapshot()
+        return {"index_row_groups": meta.num_row_groups, "index_footer_bytes": meta.serialized_size,
+                "open_s": round(opened - started, 4), "get_s": round(got - opened, 4), "len": len(reader),
+                "open_calls": at_open["storage_calls"], "open_bytes": at_open["bytes_read"],
+                "open_http": at_open["http_requests"],
+                "get_own_calls": at_own["storage_calls"] - at_open["storage_calls"],
+                "get_own_bytes": at_own["bytes_read"] - at_open["bytes_read"],
+                "get_own_http": at_own["http_requests"] - at_open["http_requests"],
+                "get_referenced_calls": at_end["storage_calls"] - at_own["storage_calls"],
+                "get_referenced_http": at_end["http_requests"] - at_own["http_requests"]}  # fmt: skip
 
     case("open + get", open_get, shards)
 
@@ -444,7 +481,7 @@ def build_chain(root: str, versions: int, shards: int) -> list[float]:
     from spark_webdataset.format.sample_index import write_index
 
     dataset = Dataset(root)
-    source = os.path.join(root, "_source")
+    source = root + "-source"  # outside the root: hard links need the same file system
     os.makedirs(source)
     data, info, rows = real_shard(["a"])
     with open(f"{source}/shard.tar", "wb") as stream:
@@ -499,7 +536,12 @@ def chain_cases(root: str, versions: int, shards: int, args: argparse.Namespace)
     from spark_webdataset.dataset.retention import RetentionPolicy, collect, plan
 
     label = f"chain {versions}x{shards}"
-    info = {"store": f"local chain of {versions}", "size": shards, "unit": "shards a version", "versions": versions}
+    info = {
+        "store": f"local chain of {versions}",
+        "size": shards,
+        "size_unit": "shards a version",
+        "versions": versions,
+    }
     built: dict[str, Any] = {}
     cases = []
 
@@ -530,7 +572,7 @@ def merge_case(total: int, runs: int, args: argparse.Namespace) -> dict[str, Any
     contender = merge_contender(total, runs)
     contender.run = step(contender.run)
     return measure(Case(f"merge {total:,} keys", {f"{runs} runs": contender}, unit="keys", scale=1,
-                        info={"store": "memory", "size": total, "unit": "keys", "step": "merge"}), args, repeats=1, warmup=0)  # fmt: skip
+                        info={"store": "memory", "size": total, "size_unit": "keys", "step": "merge"}), args, repeats=1, warmup=0)  # fmt: skip
 
 
 # -- the benchmark ------------------------------------------------------------------------------
@@ -551,6 +593,7 @@ def flags(parser: argparse.ArgumentParser) -> None:
     add("--gcs-keys", type=int, default=1_000_000, help="keys of the base version on the emulator")
     add("--no-gcs", action="store_true")
     add("--stage-threads", type=int, default=4)
+    add("--shards-per-task", type=int, default=1, help="shards a staged task attempt holds (tasks = shards / this)")
     add("--only", choices=("sizes", "chains", "merge", "gcs"), help="run one part")
 
 
@@ -568,7 +611,7 @@ def ratio_notes(cases: list[dict[str, Any]]) -> list[str]:
         key, size = (case["store"], case["step"]), case["size"]
         by_step.setdefault(key, []).append({"size": size, **record})
         http = f" http {record['http_requests']}" if record.get("http_requests") else ""
-        rows.append([key[0], case["step"], f"{size:,} {case['unit']}", f"{record['seconds']:.3f}",
+        rows.append([key[0], case["step"], f"{size:,} {case['size_unit']}", f"{record['seconds']:.3f}",
                      f"{record['our_cpu_s']:.2f}", f"{record['storage_calls']}{http}",
                      f"{record['rss_growth_mib']:.0f}"])  # fmt: skip
     buffer = io.StringIO()
