@@ -398,7 +398,7 @@ def size_cases(root: str, shards: int, keys: int, args: argparse.Namespace, labe
 
     def prepare_base() -> None:
         started = time.perf_counter()
-        staged["base"] = stage_base(base, shards, keys, args.stage_threads, per_task)
+        staged["base"] = stage_base(base, shards, keys, args.stage_threads if label == "local" else 16, per_task)
         print(f"   staged {shards} attempts in {time.perf_counter() - started:.1f} s", flush=True)
 
     def base_request() -> Any:
