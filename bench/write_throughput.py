@@ -8,8 +8,8 @@ Cases "small" (200k x 1 KiB) and "large" (20k x 100 KiB): one cached DataFrame (
 `bin` random bytes, `cls` int), written side by side, interleaved, by
 
   webdataset   df.write.format("webdataset").option("maxShardBytes", ...).save(dir)   (ours)
-  parquet      df.write.option("compression", "none").parquet(dir)                   target 0.7x / 1.0x
-  workaround   df.foreachPartition(fn): one tar per partition with `tarfile`         target 3x
+  parquet      df.write.option("compression", "none").parquet(dir)                   target 1.0x / 1.3x
+  workaround   df.foreachPartition(fn): one tar per partition with `tarfile`         target 10x
   arrow-noop   a Python data source that only iterates the Arrow batches (the floor of any
                Arrow-based Python writer)
 
@@ -59,11 +59,11 @@ from harness import (
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage  # noqa: E402
 
 WRITERS = ("webdataset", "parquet", "workaround", "arrow-noop")
-TARGETS = {
-    ("small", "parquet"): 0.7,
-    ("large", "parquet"): 1.0,
-    ("small", "workaround"): 3.0,
-    ("large", "workaround"): 3.0,
+TARGETS = {  # issue 30's
+    ("small", "parquet"): 1.0,
+    ("large", "parquet"): 1.3,
+    ("small", "workaround"): 10.0,
+    ("large", "workaround"): 10.0,
 }
 MEMORY_TARGET_MIB = 300
 

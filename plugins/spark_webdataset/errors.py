@@ -243,6 +243,12 @@ class MissingCredentials(StorageError, InputError):
     exit_code = EXIT_BAD_INPUT
 
 
+class S3ConfigError(MissingCredentials):
+    """An s3:// setting that cannot be used: the bucket-to-profile mapping, a profile that the AWS
+    config or credentials file lacks or holds badly, an endpoint that is no URL. Names the bucket,
+    profile and file. A MissingCredentials: callers that handle "s3:// is not set up" catch one type."""
+
+
 def exit_code_of(error: BaseException) -> int:
     """The exit code of a CLI command or job that ended with `error`: an error of ours (raised here
     or inside Spark, see `from_spark`) carries its own; anything else failed before an answer."""

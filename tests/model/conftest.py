@@ -1,7 +1,7 @@
 """Hypothesis profiles of the promise machine and the public-API walk.
 
-`ci` (the default): a fixed seed (derandomize) and a budget that keeps both machines (local disk
-and the GCS emulator, which runs half the examples) under 2 minutes together on 2 idle cores (CI 2026-12-05). `soak`: no example limit, a time
+`ci` (the default): a fixed seed (derandomize) and a budget that keeps the three machines (local
+disk; the GCS and S3 emulators, which run a quarter of the examples) near 2 minutes together on 2 idle cores. `soak`: no example limit, a time
 budget of SOAK_MINUTES (per machine; `make soak` splits its minutes between local disk, GCS and S3), a random seed.
 """
 

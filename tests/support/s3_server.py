@@ -39,7 +39,16 @@ def reserve_environment() -> None:
     os.environ["AWS_ACCESS_KEY_ID"] = "testing"
     os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
     os.environ["AWS_REGION"] = "us-east-1"
-    for name in ("AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+    # The credential chain's last sources are network services (storage/s3_config.py): a test that
+    # falls through to them must find nothing, and never ask this host's instance metadata
+    # (169.254.169.254) or read its ~/.aws files.
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+    os.environ["AWS_CONFIG_FILE"] = os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
+    for name in (
+        "AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "SPARK_WEBDATASET_S3_BUCKET_PROFILES",
+    ):  # fmt: skip
         os.environ.pop(name, None)
 
 

@@ -186,6 +186,10 @@ def split_names(names: np.ndarray, strict: bool = True) -> tuple[np.ndarray, np.
     and '..' anywhere. The validator, not strict, holds the keys to
     INVALID_KEY_PATTERN instead, which refuses every unsafe name.
     """
+    # Columns past the last non-NUL byte of every row change nothing (a row with no NUL left ends
+    # where it is cut, as it would at the NUL): names are far shorter than the 100-byte field.
+    used = np.flatnonzero(names.any(axis=0))
+    names = names[:, : int(used[-1]) + 1 if len(used) else 1]
     width = names.shape[1]
     columns = np.arange(width)
     zero = names == 0

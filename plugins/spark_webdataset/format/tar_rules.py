@@ -387,7 +387,11 @@ def header_chain(buffer: bytearray, blocks: np.ndarray, start: int, dense: bool)
             i += blocks_after(size)
         return chain, -1, i
     valid, sizes = octal_sizes(blocks[start:])
-    jumps = np.where(valid, blocks_after(sizes), 0).tolist()  # 0: no header here
+    jumps_array = np.where(valid, blocks_after(sizes), 0)  # 0: no header here
+    found = _chain_of_every_header(jumps_array, start)
+    if found is not None:
+        return found
+    jumps = jumps_array.tolist()
     i = 0
     limit -= start
     while i < limit:
@@ -397,3 +401,20 @@ def header_chain(buffer: bytearray, blocks: np.ndarray, start: int, dense: bool)
         add(start + i)
         i += step
     return chain, -1, start + i
+
+
+def _chain_of_every_header(jumps: np.ndarray, start: int) -> tuple[list[int], int, int] | None:
+    """`header_chain`'s answer when the blocks with a size field (jumps > 0) are exactly the chain
+    from the first block (the usual case: payload blocks hold no octal size field); else None, and
+    the chain is followed block by block. Checked all at once: no Python step a member."""
+    candidates = np.flatnonzero(jumps)
+    if not len(candidates) or candidates[0] != 0:
+        return None
+    steps = jumps[candidates]
+    if not np.array_equal(candidates[1:], candidates[:-1] + steps[:-1]):
+        return None
+    after = int(candidates[-1] + steps[-1])  # no size field there (every one is a candidate), or past the end
+    chain = (candidates + start).tolist()
+    if after < len(jumps):
+        return chain, start + after, start + after
+    return chain, -1, start + after

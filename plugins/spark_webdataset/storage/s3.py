@@ -11,15 +11,13 @@ no rename: `rename_new` copies server-side into a multipart upload completed wit
 `If-None-Match: *`, then deletes the source. Every write carries its crc32c
 (`x-amz-checksum-crc32c`, FULL_OBJECT for multipart), which the server keeps and HEAD returns,
 so the commit checks it as GCS's. A 412 on a retried conditional write is settled by reading
-the object back. Credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY(/AWS_SESSION_TOKEN), else
-the shared credentials file (AWS_PROFILE); endpoint AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL.
-Nothing secret is ever logged.
+the object back. A bucket's endpoint, region and keys come from storage/s3_config.py (the AWS
+chain, config files, a profile per bucket); nothing secret is ever logged.
 """
 
 from __future__ import annotations
 
 import base64
-import configparser
 import datetime
 import functools
 import hashlib
@@ -34,8 +32,10 @@ from urllib.parse import quote
 
 from google_crc32c import extend as _crc32c_extend
 
-from ..errors import MissingCredentials, PreconditionFailed, StorageError
+from ..errors import PreconditionFailed, StorageError
+from . import s3_config
 from .base import RangeFile, Storage, StoredObject, split_bucket
+from .s3_config import Credentials
 
 # A multipart part: a task's worker holds about one (the buffer) plus the request's copy. S3's
 # minimum part is 5 MiB; 8 MiB matches the gs:// chunk.
@@ -52,44 +52,6 @@ UNSIGNED = "UNSIGNED-PAYLOAD"  # the body's integrity is the crc32c header, chec
 
 def split(uri: str) -> tuple[str, str]:
     return split_bucket(uri, "s3")
-
-
-@dataclass(frozen=True)
-class Credentials:
-    access_key: str
-    secret_key: str
-    token: str | None = None
-
-
-def _credentials() -> Credentials:
-    """The environment, else the shared credentials file's profile (AWS_PROFILE, else default)."""
-    access, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
-    if access and secret:
-        return Credentials(access, secret, os.environ.get("AWS_SESSION_TOKEN") or None)
-    path = os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.expanduser("~/.aws/credentials")
-    profile = os.environ.get("AWS_PROFILE") or "default"
-    parser = configparser.ConfigParser()
-    try:
-        parser.read(path)
-    except configparser.Error:
-        pass
-    if parser.has_option(profile, "aws_access_key_id") and parser.has_option(profile, "aws_secret_access_key"):
-        section = parser[profile]
-        return Credentials(
-            section["aws_access_key_id"], section["aws_secret_access_key"], section.get("aws_session_token")
-        )
-    raise MissingCredentials(
-        "s3:// needs AWS credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), "
-        f"or profile {profile!r} in {path} (AWS_PROFILE, AWS_SHARED_CREDENTIALS_FILE)"
-    )
-
-
-def _region() -> str:
-    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-
-
-def _endpoint() -> str | None:
-    return (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "").rstrip("/") or None
 
 
 @functools.cache
@@ -122,13 +84,19 @@ class Response:
 
 
 class S3Client:
-    """Signed requests to one endpoint and region, with retries on 408/409/429/5xx and dropped
-    connections (the body is always bytes, so a retry resends it whole)."""
+    """Signed requests to one endpoint and region with one set of keys (`settings`: the
+    process-wide ones if None), with retries on 408/409/429/5xx and dropped connections (the body
+    is always bytes, so a retry resends it whole)."""
 
-    def __init__(self) -> None:
-        self.region = _region()
-        self.endpoint = _endpoint()
-        self.credentials = _credentials()
+    def __init__(self, settings: s3_config.Settings | None = None, clock=time.time) -> None:
+        settings = settings or s3_config.settings(None)
+        self.region, self.endpoint = settings.region, settings.endpoint
+        self._credentials = s3_config.credentials(settings, clock)
+
+    @property
+    def credentials(self) -> Credentials:
+        """The keys to sign with now: temporary ones are refreshed before they expire."""
+        return self._credentials.current()
 
     def url(self, bucket: str, key: str, query: dict[str, str] | None = None) -> tuple[str, str, str, str]:
         """(url, host, canonical path, canonical query): path-style on a custom endpoint,
@@ -158,8 +126,9 @@ class S3Client:
         stamp, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
         signed = {k.lower(): v.strip() for k, v in headers.items() if k.lower().startswith("x-amz-")}
         signed.update({"host": host, "x-amz-date": stamp, "x-amz-content-sha256": UNSIGNED})
-        if self.credentials.token:
-            signed["x-amz-security-token"] = self.credentials.token
+        credentials = self.credentials  # one snapshot: key, secret and token of the same fetch
+        if credentials.token:
+            signed["x-amz-security-token"] = credentials.token
         names = sorted(signed)
         canonical = "\n".join(
             [method, path, query, *(f"{n}:{signed[n]}" for n in names), "", ";".join(names), UNSIGNED]
@@ -167,12 +136,12 @@ class S3Client:
         scope = f"{day}/{self.region}/s3/aws4_request"
         to_sign = "\n".join(["AWS4-HMAC-SHA256", stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()])
         key = _hmac(
-            _hmac(_hmac(_hmac(f"AWS4{self.credentials.secret_key}".encode(), day), self.region), "s3"), "aws4_request"
+            _hmac(_hmac(_hmac(f"AWS4{credentials.secret_key}".encode(), day), self.region), "s3"), "aws4_request"
         )
         signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
         out = {**headers, **{n: signed[n] for n in names if n != "host"}}
         out["Authorization"] = (
-            f"AWS4-HMAC-SHA256 Credential={self.credentials.access_key}/{scope}, "
+            f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/{scope}, "
             f"SignedHeaders={';'.join(names)}, Signature={signature}"
         )
         return out
@@ -215,13 +184,31 @@ class S3Client:
 
 
 @functools.cache
-def _client_for_process(pid: int, endpoint: str | None, region: str, access: str | None) -> S3Client:
-    return S3Client()
+def _client_for_process(pid: int, settings: s3_config.Settings, chain: tuple[str | None, ...]) -> S3Client:
+    return S3Client(settings)
 
 
-def client() -> S3Client:
-    """One client per process (sessions do not survive fork), endpoint, region and key id."""
-    return _client_for_process(os.getpid(), _endpoint(), _region(), os.environ.get("AWS_ACCESS_KEY_ID"))
+def client_for(bucket: str | None) -> S3Client:
+    """The bucket's client: one per process (sessions do not survive fork) and per what differs
+    between buckets (profile, endpoint, region) and, for the process-wide chain, its variables."""
+    settings = s3_config.settings(bucket)
+    chain = s3_config.chain_environment() if settings.profile is None else ()
+    return _client_for_process(os.getpid(), settings, chain)
+
+
+class _Clients:
+    """`client().request(method, bucket, ...)`: each request goes to its bucket's client."""
+
+    def request(self, method: str, bucket: str, key: str = "", **kwargs) -> Response:
+        return client_for(bucket).request(method, bucket, key, **kwargs)
+
+
+_CLIENTS = _Clients()
+
+
+def client() -> _Clients:
+    """The requests of this process, each signed and sent as its bucket's settings say."""
+    return _CLIENTS
 
 
 def _failure(path: str, what: str, response: Response) -> StorageError:

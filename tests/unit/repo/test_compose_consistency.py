@@ -204,8 +204,10 @@ def test_the_s3_server_is_moto_from_its_pinned_venv_and_every_s3_client_points_a
     assert "-c constraints-s3server.txt" in install and "'moto[server]' crc32c" in install  # crc32c: docs/s3.md
     pins = (REPO / "constraints-s3server.txt").read_text()
     assert re.search(r"^moto==\d", pins, re.MULTILINE) and re.search(r"^crc32c==\d", pins, re.MULTILINE)
-    # what storage/s3.py reads, in every container that reads or writes s3:// (tasks and executors)
-    client = (REPO / "plugins" / "spark_webdataset" / "storage" / "s3.py").read_text()
+    # what the s3:// client reads (storage/s3.py, its settings in s3_config.py), in every container
+    # that reads or writes s3:// (tasks and executors)
+    storage = REPO / "plugins" / "spark_webdataset" / "storage"
+    client = (storage / "s3.py").read_text() + (storage / "s3_config.py").read_text()
     for name in (*compose_stack.AIRFLOW_SERVICES, "spark-worker"):
         env = environment(SERVICES[name])
         assert env["AWS_ENDPOINT_URL"] == f"http://s3:{port}", name
