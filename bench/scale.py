@@ -28,6 +28,10 @@ N shards plus one shard of its own (manifests, validation reports and sample ind
 directly, shard and index files hard links of one file: untimed; each publish is timed and the
 mean reported), then inspect, a gc plan (`gc --dry-run`) and retention.collect(keep_last 3, min_age 0).
 
+Index bytes (--index-keys): the sample index's bytes a key for realistic rows (16-hex-digit keys,
+~10 kB samples over 3,600 shards of 3 GiB, hash order and key order), which the synthetic rows
+above (one location a shard) do not show: they compress to ~1 B a key.
+
 Merge (--merge-keys): format.keys merge_blocks + first_duplicate_in_blocks over 100 in-memory
 sorted runs (as bench/commit_scaling.py), the merge alone without the index's parquet write.
 
@@ -575,6 +579,40 @@ def merge_case(total: int, runs: int, args: argparse.Namespace) -> dict[str, Any
                         info={"store": "memory", "size": total, "size_unit": "keys", "step": "merge"}), args, repeats=1, warmup=0)  # fmt: skip
 
 
+def index_bytes_case(total: int, shards: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The sample index's bytes a key with realistic rows (the size cases' synthetic rows compress to
+    ~1 B a key): `total` keys of 16 hex digits (a hash) in key order, ~10 kB samples spread over
+    `shards` shards of 3 GiB, in the job's default hash order (each key's shard and offset random)
+    and in key order (shards and offsets ascending with the key)."""
+    from spark_webdataset.format.sample_index import INDEX_SCHEMA, write_index
+
+    rng = np.random.default_rng(0)
+    keys = np.sort(rng.integers(0, 1 << 63, total, dtype=np.int64))
+    key_array = pa.array(np.char.mod("%016x", keys).tolist(), pa.string())
+    lengths = rng.integers(8_000, 12_000, total, dtype=np.int64)
+    names = pa.array([f"shard-{n:06d}.tar" for n in range(shards)], pa.string())
+    per_shard = -(-total // shards)
+    layouts = {
+        "hash order": (rng.integers(0, shards, total), rng.integers(0, 3 << 30, total, dtype=np.int64)),
+        "key order": (np.arange(total) // per_shard, (np.cumsum(lengths) - lengths) % (per_shard * 10_000)),
+    }
+
+    def contender(shard: np.ndarray, offset: np.ndarray) -> Contender:
+        def write() -> dict[str, Any]:
+            rows = pa.record_batch([key_array, names.take(pa.array(shard)), pa.array(offset), pa.array(lengths),
+                                    pa.array(rng.integers(0, 1 << 32, total, dtype=np.uint32))], schema=INDEX_SCHEMA)  # fmt: skip
+            sink = pa.BufferOutputStream()
+            write_index([rows.slice(start, 65536) for start in range(0, total, 65536)], sink)
+            size = sink.getvalue().size
+            return {"index_bytes": size, "bytes_a_key": round(size / total, 2)}
+
+        return Contender(step(write), total)
+
+    return measure(Case(f"index bytes {total:,} keys", {n: contender(*layout) for n, layout in layouts.items()},
+                        unit="keys", scale=1, info={"store": "memory", "size": total, "size_unit": "keys",
+                                                    "step": "index bytes"}), args, repeats=1, warmup=0)  # fmt: skip
+
+
 # -- the benchmark ------------------------------------------------------------------------------
 
 
@@ -589,17 +627,18 @@ def flags(parser: argparse.ArgumentParser) -> None:
         help="VERSIONSxSHARDS chains for inspect/gc",
     )
     add("--merge-keys", type=int, nargs="*", default=[10_000_000], help="in-memory merges (keys)")
+    add("--index-keys", type=int, default=2_000_000, help="keys of the realistic index whose bytes a key are measured")
     add("--gcs-shards", type=int, nargs="*", default=[10_000], help="sizes on fake-gcs-server (none: skip)")
     add("--gcs-keys", type=int, default=1_000_000, help="keys of the base version on the emulator")
     add("--no-gcs", action="store_true")
     add("--stage-threads", type=int, default=4)
     add("--shards-per-task", type=int, default=1, help="shards a staged task attempt holds (tasks = shards / this)")
-    add("--only", choices=("sizes", "chains", "merge", "gcs"), help="run one part")
+    add("--only", choices=("sizes", "chains", "merge", "index", "gcs"), help="run one part")
 
 
 def quick(args: argparse.Namespace) -> None:
     args.shards, args.keys, args.chains, args.merge_keys = [500, 2000], 200_000, ["50x100", "10x1000"], [1_000_000]
-    args.gcs_shards, args.gcs_keys = [200], 20_000
+    args.gcs_shards, args.gcs_keys, args.index_keys = [200], 20_000, 200_000
 
 
 def ratio_notes(cases: list[dict[str, Any]]) -> list[str]:
@@ -607,13 +646,27 @@ def ratio_notes(cases: list[dict[str, Any]]) -> list[str]:
     rows, notes = [], []
     by_step: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for case in cases:
-        (record,) = [r for c in case["contenders"].values() for r in c["runs"]]
-        key, size = (case["store"], case["step"]), case["size"]
-        by_step.setdefault(key, []).append({"size": size, **record})
-        http = f" http {record['http_requests']}" if record.get("http_requests") else ""
-        rows.append([key[0], case["step"], f"{size:,} {case['size_unit']}", f"{record['seconds']:.3f}",
-                     f"{record['our_cpu_s']:.2f}", f"{record['storage_calls']}{http}",
-                     f"{record['rss_growth_mib']:.0f}"])  # fmt: skip
+        for contender, summary in case["contenders"].items():
+            (record,) = summary["runs"]
+            step_name = case["step"] if contender == case["step"] or len(case["contenders"]) == 1 else contender
+            _note_row(rows, by_step, case, step_name, record)
+    return _finish_notes(rows, by_step, notes)
+
+
+def _note_row(rows: list[list[str]], by_step: dict[tuple[str, str], list[dict[str, Any]]], case: dict[str, Any],
+              step_name: str, record: dict[str, Any]) -> None:  # fmt: skip
+    """One printed row of a step at a size, and its point for the step's slope."""
+    key, size = (case["store"], step_name), case["size"]
+    by_step.setdefault(key, []).append({"size": size, **record})
+    http = f" http {record['http_requests']}" if record.get("http_requests") else ""
+    named = f"{step_name} ({record['bytes_a_key']} B a key)" if "bytes_a_key" in record else step_name
+    rows.append([key[0], named, f"{size:,} {case['size_unit']}", f"{record['seconds']:.3f}",
+                 f"{record['our_cpu_s']:.2f}", f"{record['storage_calls']}{http}",
+                 f"{record['rss_growth_mib']:.0f}"])  # fmt: skip
+
+
+def _finish_notes(rows: list[list[str]], by_step: dict[tuple[str, str], list[dict[str, Any]]],
+                  notes: list[str]) -> list[str]:  # fmt: skip
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         print_table(["store", "step", "size", "s", "cpu s", "calls", "rss +MiB"], rows)
@@ -631,9 +684,10 @@ def ratio_notes(cases: list[dict[str, Any]]) -> list[str]:
         cost = large["seconds"] / max(small["seconds"], 1e-6)
         calls = large["storage_calls"] / max(small["storage_calls"], 1)
         slope = (large["seconds"] - small["seconds"]) / (large["size"] - small["size"])
+        cpu_slope = (large["our_cpu_s"] - small["our_cpu_s"]) / (large["size"] - small["size"])
         notes.append(f"  {store} {name}: size x{grow:g} -> time x{cost:.1f}, calls x{calls:.1f}, "
                      f"rss +{small['rss_growth_mib']:.0f} -> +{large['rss_growth_mib']:.0f} MiB; "
-                     f"slope {slope * 1e6:.2f} us a unit")  # fmt: skip
+                     f"slope {slope * 1e6:.2f} us (cpu {cpu_slope * 1e6:.2f} us) a unit")  # fmt: skip
     return notes
 
 
@@ -649,6 +703,8 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
             cases += chain_cases(os.path.join(workdir, f"chain-{chain}"), versions, shards, args)
     if args.only in (None, "merge"):
         cases += [merge_case(total, 100, args) for total in args.merge_keys]
+    if args.only in (None, "index"):
+        cases.append(index_bytes_case(args.index_keys, 3600, args))
     if not args.no_gcs and args.gcs_shards and args.only in (None, "gcs"):
         with emulator(BUCKET):
             for shards in args.gcs_shards:
