@@ -235,12 +235,12 @@ def base_keys(shard: int, count: int) -> pa.Array:
 
 
 def run_bytes(rows: pa.RecordBatch) -> bytes:
-    from spark_webdataset.format.sample_index import TASK_SCHEMA
+    """A task's staged index run as the writer stages it (blocks of at most 65,536 rows)."""
+    from spark_webdataset.format.sample_index import write_task_run
 
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, TASK_SCHEMA) as ipc:
-        ipc.write_batch(rows)
-    return sink.getvalue().to_pybytes()
+    sink = io.BytesIO()
+    write_task_run(rows, sink)
+    return sink.getvalue()
 
 
 def stage_base(uri: str, shards: int, keys: int, threads: int, per_task: int = 1) -> tuple[Any, list[Any]]:
