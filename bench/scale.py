@@ -26,7 +26,8 @@ Per dataset size (--shards N shards, --keys K keys in all), on one root, each st
 Chains (--chains VxN): V published versions of N shards each, every child referencing the first's
 N shards plus one shard of its own (manifests, validation reports and sample index files written
 directly, shard and index files hard links of one file: untimed; each publish is timed and the
-mean reported), then inspect, a gc plan (`gc --dry-run`) and retention.collect(keep_last 3, min_age 0).
+mean reported), then inspect, a gc plan (`gc --dry-run`), retention.collect(keep_last 3, min_age 0) and collect once
+more (the next day's gc, with nothing new to retire).
 
 Index bytes (--index-keys): the sample index's bytes a key for realistic rows (16-hex-digit keys,
 ~10 kB samples over 3,600 shards of 3 GiB, hash order and key order), which the synthetic rows
@@ -562,6 +563,8 @@ def chain_cases(root: str, versions: int, shards: int, args: argparse.Namespace)
         "inspect": (lambda: {"versions": len(describe_root(root).versions)}, versions),
         "gc plan": (lambda: {"retire": len(plan(root, policy).retired)}, versions),
         "gc": (lambda: {"retired": len(collect(root, policy).retired)}, versions),
+        # the next day's gc: what every later run pays for the retired versions whose shards are still referenced
+        "gc again": (lambda: {"retired": len(collect(root, policy).retired)}, versions),
     }
     for name, (fn, work) in steps.items():
         contender = Contender(step(fn), work)
