@@ -3,6 +3,11 @@
     .venv/bin/python bench/scale.py             # 10k and 100k shards of 10M keys; chains; fake-gcs-server at 10k
     .venv/bin/python bench/scale.py --quick     # 500 and 2,000 shards of 200k keys; small chains; emulator 200
     .venv/bin/python bench/scale.py --no-gcs --shards 10000 --keys 10000000
+    .venv/bin/python bench/scale.py --only sizes --shards 10000 100000 --shards-per-task 10   # bench/README's run
+
+With one shard a task (the default) at 100k shards the base commit opens 100k task runs at once and
+fails on a 20,000-descriptor limit: a finding, recorded as the step's error (the size then ends);
+--shards-per-task 10 measures the rest.
 
 Per dataset size (--shards N shards, --keys K keys in all), on one root, each step timed alone:
 
