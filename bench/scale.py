@@ -130,15 +130,16 @@ class Requests:
         from spark_webdataset.storage.base import Storage
         from spark_webdataset.storage.gcs import GCSStorage
         from spark_webdataset.storage.local import LocalStorage
+        from spark_webdataset.storage.s3 import S3Storage
 
-        for cls in (LocalStorage, GCSStorage):
+        for cls in (LocalStorage, GCSStorage, S3Storage):
             for name in STORAGE_METHODS:
                 original = getattr(cls, name, None) or getattr(Storage, name)
                 setattr(cls, name, self._wrap(name, original))
         send = HTTPAdapter.send
 
         def counted_send(adapter: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
-            kind = http_kind(request.method, request.url)
+            kind = http_kind(request.method, request.url, request.headers)
             with self.lock:
                 self.http[kind] = self.http.get(kind, 0) + 1
             return send(adapter, request, *args, **kwargs)
@@ -146,10 +147,13 @@ class Requests:
         HTTPAdapter.send = counted_send  # type: ignore[method-assign]
 
 
-def http_kind(method: str, url: str) -> str:
-    """A GCS JSON API request's kind and price class (A: writes, lists, copies; B: reads; free: DELETE)."""
+def http_kind(method: str, url: str, headers: Any = None) -> str:
+    """A request's kind and price class: a GCS JSON API request (A: writes, lists, copies; B: reads;
+    free: DELETE) or an S3 REST request (PUT: PUT, COPY, POST, LIST; GET: GET, HEAD; free: DELETE)."""
     path = url.split("?", 1)[0]
     query = url.split("?", 1)[1] if "?" in url else ""
+    if "/storage/v1/" not in path:
+        return s3_kind(method, path, query, headers or {})
     if method == "DELETE":
         return "delete (free)"
     if "/upload/" in path or method == "PUT":
@@ -163,6 +167,22 @@ def http_kind(method: str, url: str) -> str:
     if "alt=media" in query:
         return "get media (B)"
     return "get metadata (B)"
+
+
+def s3_kind(method: str, path: str, query: str, headers: Any) -> str:
+    if method == "DELETE":
+        return "s3 delete (free)"
+    if method == "HEAD":
+        return "s3 head (GET)"
+    if method == "GET":
+        key = path.split("://", 1)[-1].split("/", 2)[2:]  # host/bucket/key, path-style
+        return "s3 get (GET)" if key and key[0] and "list-type" not in query else "s3 list (PUT)"
+    if method == "POST":
+        return "s3 create multipart (PUT)" if query.startswith("uploads") else "s3 complete / post (PUT)"
+    copy = "x-amz-copy-source" in {k.lower() for k in headers}
+    if "partNumber" in query:
+        return "s3 upload part copy (PUT)" if copy else "s3 upload part (PUT)"
+    return "s3 copy (PUT)" if copy else "s3 put (PUT)"
 
 
 REQUESTS = Requests()
@@ -639,14 +659,17 @@ def flags(parser: argparse.ArgumentParser) -> None:
     add("--gcs-shards", type=int, nargs="*", default=[10_000], help="sizes on fake-gcs-server (none: skip)")
     add("--gcs-keys", type=int, default=1_000_000, help="keys of the base version on the emulator")
     add("--no-gcs", action="store_true")
+    add("--s3-shards", type=int, nargs="*", default=[], help="sizes on the S3 server (moto; none by default: slow)")
+    add("--s3-keys", type=int, default=100_000, help="keys of the base version on the S3 server")
     add("--stage-threads", type=int, default=4)
     add("--shards-per-task", type=int, default=1, help="shards a staged task attempt holds (tasks = shards / this)")
-    add("--only", choices=("sizes", "chains", "merge", "index", "gcs"), help="run one part")
+    add("--only", choices=("sizes", "chains", "merge", "index", "gcs", "s3"), help="run one part")
 
 
 def quick(args: argparse.Namespace) -> None:
     args.shards, args.keys, args.chains, args.merge_keys = [500, 2000], 200_000, ["50x100", "10x1000"], [1_000_000]
     args.gcs_shards, args.gcs_keys, args.index_keys = [200], 20_000, 200_000
+    args.s3_shards, args.s3_keys = [100], 10_000
 
 
 def ratio_notes(cases: list[dict[str, Any]]) -> list[str]:
@@ -717,6 +740,12 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
         with emulator(BUCKET):
             for shards in args.gcs_shards:
                 cases += size_cases(f"gs://{BUCKET}/size-{shards}", shards, args.gcs_keys, args, "gcs")
+    if args.s3_shards and args.only in (None, "s3"):
+        from commit_scaling import s3_server
+
+        with s3_server(BUCKET):
+            for shards in args.s3_shards:
+                cases += size_cases(f"s3://{BUCKET}/size-{shards}", shards, args.s3_keys, args, "s3")
     return {"cases": cases, "notes": ratio_notes(cases)}
 
 
