@@ -41,10 +41,13 @@ above (one location a shard) do not show: they compress to ~1 B a key.
 Merge (--merge-keys): format.keys merge_blocks + first_duplicate_in_blocks over 100 in-memory
 sorted runs (as bench/commit_scaling.py), the merge alone without the index's parquet write.
 
+The size steps also run on fake-gcs-server (--gcs-shards, --gcs-keys) and, if asked, on the S3
+server (moto_server, --s3-shards, --s3-keys; `--quick` runs 100 shards).
+
 For every step: wall seconds, CPU seconds of this process (and children), Storage calls by method
 (the outermost call: a `read_bytes` calling `open_read` is one; listings also count the entries
-they returned, so a GCS/S3 listing's pages are ceil(entries / 1000)), on gs:// also the HTTP
-requests by kind, and this process's peak RSS above its RSS when the step began (sampled every
+they returned, so a GCS/S3 listing's pages are ceil(entries / 1000)), on gs:// and s3:// also the
+HTTP requests by kind and price class, and this process's peak RSS above its RSS when the step began (sampled every
 20 ms, after a malloc_trim). The notes print each step at the two sizes, the ratio of their costs
 against the ratio of the sizes, and the slope (seconds a shard, a key).
 """
