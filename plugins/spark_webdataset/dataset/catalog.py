@@ -100,6 +100,9 @@ class VersionDescription:
     manifest: Manifest | None = field(default=None, repr=False, compare=False)
     report: dict | None = field(default=None, repr=False, compare=False)
     record: dict | None = field(default=None, repr=False, compare=False)
+    # its sample index: ancestors' files it reads through (index_layers.py), their bytes (None: not recorded)
+    index_layers: int | None = None
+    index_layer_bytes: int | None = None
 
     @property
     def committed(self) -> bool:
@@ -135,6 +138,8 @@ class VersionDescription:
             "bytes_referenced": None
             if self.bytes is None or self.bytes_stored is None
             else self.bytes - self.bytes_stored,
+            "index_layers": self.index_layers,
+            "index_layer_bytes": self.index_layer_bytes,
         }
 
 
@@ -258,6 +263,8 @@ def describe_version(
             manifest,
             report,
             record,
+            record.get("index_layers"),
+            record.get("index_layer_bytes"),
         )
     data, _ = version.read_manifest_bytes()
     digest = None if data is None else hashlib.sha256(data).hexdigest()
@@ -299,6 +306,8 @@ def describe_version(
         manifest,
         report,
         None,
+        None if manifest is None else len(manifest.sample_index_layers),
+        None if manifest is None else sum(layer.bytes for layer in manifest.sample_index_layers),
     )
 
 
@@ -346,6 +355,8 @@ def format_description(description: RootDescription | dict) -> str:
             notes.append(
                 f"on {v['parent']}: {format_size(v['bytes_stored'])} stored, {format_size(v['bytes_referenced'])} referenced"
             )
+        if v.get("index_layers"):
+            notes.append(f"index over {v['index_layers']} layer(s) of ancestors, {format_size(v['index_layer_bytes'])}")
         state = v["state"] + (f" ({'; '.join(notes)})" if notes else "")
         marker = "*" if v["version"] == description["latest"] else " "
         date = v["logical_date"] or "-"

@@ -1,7 +1,7 @@
 """Changes against a parent: the samples a write replaces or removes, and the shards rewritten without them.
 
-An upsert's or a delete's keys are looked up in the base index (the
-parent's, its shards as references) in one pass: the rows they hit go,
+An upsert's or a delete's keys are looked up in the base index's live
+rows (the parent's, its shards as references; every layer) in one pass: the rows they hit go,
 and the shards those rows lie in are the touched ones. A second pass
 collects what the touched shards keep. Each touched shard is rewritten as
 the concatenation of the samples it keeps (a sample's bytes are
@@ -67,30 +67,22 @@ class ChangePlan:
     requested_unique: int = 0  # distinct keys given
     rewrites: list[Rewrite] = field(default_factory=list)
     emptied: set[str] = field(default_factory=set)  # locations of base shards none of whose samples stay
-    moved: pa.Table | None = None  # key, shard, offset of every sample a rewrite moves
+    moved: pa.Table | None = None  # key, shard, offset, length, crc32c of every sample a rewrite moves
 
     @property
     def absent(self) -> int:
         """Keys a delete names that the base does not hold: counted and reported, not an error."""
         return self.requested_unique - len(self.removed_keys) if self.kind == DELETE else 0
 
-    def base_rows(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """The base index rows as the new version has them: removed keys gone, moved samples at
-        their new shard and offset."""
-        moved_keys = self.moved.column("key").combine_chunks() if self.moved is not None else None
-        for batch in batches:
-            if len(self.removed_keys):
-                batch = batch.filter(pc.invert(pc.is_in(batch.column(0), value_set=self.removed_keys)))
-            if moved_keys is not None and len(moved_keys) and len(batch):
-                at = pc.index_in(batch.column(0), value_set=moved_keys)
-                if at.null_count < len(at):
-                    hit = pc.is_valid(at)
-                    assert self.moved is not None
-                    shard = self.moved.column("shard").combine_chunks().take(at)
-                    offset = self.moved.column("offset").combine_chunks().take(at)
-                    batch = batch.set_column(1, "shard", pc.if_else(hit, shard, batch.column(1)))
-                    batch = batch.set_column(2, "offset", pc.if_else(hit, offset, batch.column(2)))
-            yield batch
+    def moved_rows(self) -> pa.RecordBatch | None:
+        """The index rows of the samples the rewrites moved, at their new shard and offset, sorted by
+        key (the base's rows of a rewritten shard are dead in the new version: its shard is gone)."""
+        if self.moved is None or not len(self.moved):
+            return None
+        from ..format.sample_index import MERGE_SCHEMA
+
+        rows = self.moved.sort_by([("key", "ascending")]).select(MERGE_SCHEMA.names).cast(MERGE_SCHEMA)
+        return pa.concat_batches(rows.to_batches()) if rows.num_rows else None
 
     def entries(self, base: Manifest, written: dict[str, ShardEntry]) -> list[ShardEntry]:
         """The base's shards with each touched one replaced in place by its rewrite (or gone)."""
@@ -143,7 +135,8 @@ def plan_change(
     if not hits:
         return plan
     removed = pa.Table.from_batches(hits)
-    plan.removed_keys = removed.column("key").combine_chunks()
+    removed_keys = removed.column("key").combine_chunks()
+    plan.removed_keys = removed_keys.take(pc.sort_indices(removed_keys))  # the base's layers come one after another
     touched = pc.unique(removed.column("shard").combine_chunks())
     kept_batches = []
     for batch in base_rows():
@@ -181,6 +174,8 @@ def plan_change(
                     "key": rewrite.kept.column("key").combine_chunks().cast(_KEY),
                     "shard": pa.array([rewrite.name] * len(rewrite.kept), pa.string()),
                     "offset": rewrite.new_offsets,
+                    "length": rewrite.kept.column("length").combine_chunks(),
+                    "crc32c": rewrite.kept.column("crc32c").combine_chunks(),
                 }
             )
             for rewrite in plan.rewrites

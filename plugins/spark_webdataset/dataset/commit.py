@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -55,10 +56,11 @@ from ..errors import (
     PreconditionFailed,
 )
 from ..format.checksums import SHA256
-from ..format.manifest import Manifest, ShardEntry
+from ..format.manifest import IndexLayer, Manifest, ShardEntry
 from ..format.shard_writer import ShardInfo
 from .changes import APPEND, DELETE, ChangePlan, plan_change, rewrite_shards, unique_keys
-from .index_merge import merge_index, task_index_rows, task_keys, version_index_rows
+from .index_layers import IndexPart, file_rows, fold_count, index_parts, locations
+from .index_merge import base_part_rows, layer_rows_near, merge_index, task_index_rows, task_keys
 from .journal import Journal, JournalState, apply, digest, has_landed, journal_job, journal_state, roll_forward
 from .layout import Version
 from .lock import DEFAULT_LEASE_SECONDS, CommitLock
@@ -168,13 +170,26 @@ IndexRows = Callable[[], Iterator["pa.RecordBatch"]]
 
 
 @dataclass(frozen=True)
+class StagedIndex:
+    """The new version's own index file, staged: where, its bytes and rows, and the layers it reads through."""
+
+    path: str
+    bytes: int
+    rows: int
+    layers: list[IndexLayer]
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """The version as the commit found it under its lock, and what the new manifest extends."""
 
     manifest_bytes: bytes | None  # the manifest in place: the journal records its digest as its base
     existing: Manifest | None  # that manifest, parsed; None when there is none or the commit overwrites it
     base: Manifest | None  # what the commit extends: `existing`, or the parent's with every shard a reference
-    base_index: IndexRows | None  # reads the base's sample index rows (a change reads them more than once)
+    # The files of the base's index (index_layers.py), own file first, each with the layer entry the
+    # new version records if it reads through it rather than folding it (None: `existing`'s own file,
+    # always rewritten); empty when the base has no rows.
+    base_parts: list[tuple[IndexPart, IndexLayer | None]] = dataclasses.field(default_factory=list)
 
     @classmethod
     def read(cls, version: Version, request: CommitRequest) -> Snapshot:
@@ -182,8 +197,17 @@ class Snapshot:
         fault_points.point("commit:manifest-read")
         _check_base(version, request, manifest_bytes)
         existing = None if request.overwrite or manifest_bytes is None else Manifest.from_json(manifest_bytes)
-        base, base_index = _base(version, request, existing)
-        return cls(manifest_bytes, existing, base, base_index)
+        base, base_parts = _base(version, request, existing)
+        return cls(manifest_bytes, existing, base, base_parts)
+
+    @property
+    def base_index(self) -> IndexRows | None:
+        """Reads the base's live index rows, file after file (a change reads them more than once;
+        sorted within each file, not across)."""
+        if not self.base_parts or self.base is None:
+            return None
+        listed, parts = locations(self.base), [part for part, _ in self.base_parts]
+        return lambda: itertools.chain.from_iterable(base_part_rows(part, listed) for part in parts)
 
     @property
     def base_owner(self) -> str:
@@ -322,40 +346,83 @@ class CommitPlan:
         """The manifest whose fields and options the new one keeps: a delete reads keys alone."""
         return self.snapshot.base if self.request.change == DELETE else None
 
-    def merge_index(self) -> tuple[str, int]:
-        """The next index from the base's rows (less what a change removes) and the tasks' rows,
-        staged in the job's directory; raise on a duplicate key. (its staged path, its size)"""
+    def shard_entries(self) -> tuple[list[ShardEntry], list[ShardEntry]]:
+        """The new manifest's shards: those it keeps of the base (a change's rewrites in place), and those its tasks wrote."""
+        base, change = self.snapshot.base, self.change
+        kept = list(base.shards) if base else []  # the version's, or the parent's as references
+        if change is not None and base is not None:
+            kept = change.entries(base, self.rewritten)
+        written = [
+            ShardEntry.written(shard, name, attempt.keys_ascending)
+            for attempt, shard_names in zip(self.attempts, self.names)
+            for shard, name in zip(attempt.shards, shard_names)
+        ]
+        return kept, written
+
+    def _new_keys(self) -> pa.Array | None:
+        """The keys the tasks wrote, sorted and once each (None for a delete: its rows are keys to remove)."""
+        if self.request.change == DELETE:
+            return None
+        keys, _ = unique_keys(task_keys(self.version, m.index_path) for m in self.attempts if m.index_path)
+        return keys
+
+    def merge_index(self) -> StagedIndex:
+        """The next index: the tasks' rows, a change's moved rows and the base's live rows merged to
+        prove every key unique (raise DuplicateKey naming both owners); staged in the job's directory
+        are the rows the new version stores (its own, and the base layers it folds, see
+        index_layers.fold_count); the layers it reads through are recorded, not written."""
         version, request, snapshot, change = self.version, self.request, self.snapshot, self.change
+        kept, written_shards = self.shard_entries()
+        new_shards = kept + written_shards
+        listed = locations(Manifest(new_shards, [], {}))
+        own_rows = sum(shard.samples for shard in new_shards if shard.version is None)
+        candidates = [layer for _, layer in snapshot.base_parts if layer is not None]
+        folded = fold_count(own_rows, candidates)
+        layers = candidates[folded:]
         runs: list[Iterator[pa.RecordBatch]] = []
         owners: list[str] = []
-        if snapshot.base_index is not None and snapshot.base is not None:
-            runs.append(change.base_rows(snapshot.base_index()) if change else snapshot.base_index())
-            owners.append(f"the {snapshot.base_owner}'s {len(snapshot.base.shards)} committed shard(s)")
+        written: set[int] = set()
+        new_keys = self._new_keys() if layers else None
+        for part, layer in snapshot.base_parts:
+            if layer is None or layer not in layers:
+                written.add(len(runs))
+                runs.append(base_part_rows(part, listed))
+            elif new_keys is not None and len(new_keys):
+                # a layer kept as it is: its live keys are unique with the base's other live rows (the
+                # base's own merge proved it), so only the blocks where the new keys fall are read
+                runs.append(layer_rows_near(part, listed, new_keys))
+            else:
+                continue  # no new key (a delete): nothing to prove against this layer
+            what = "own index" if layer is None else f"index layer of version {layer.version}"
+            owners.append(f"the {snapshot.base_owner}'s {what} ({len(snapshot.base.shards)} committed shard(s))")  # type: ignore[union-attr]
+        moved = change.moved_rows() if change is not None else None
+        if moved is not None:
+            written.add(len(runs))
+            runs.append(iter([moved]))
+            owners.append("the samples the change's rewritten shards keep")
         for attempt, shard_names in zip(self.attempts, self.names):
             if attempt.index_path and request.change != DELETE:  # a delete's rows are keys to remove
+                written.add(len(runs))
                 runs.append(task_index_rows(version, attempt.index_path, shard_names))
                 owners.append(f"partition {attempt.partition}")
         existing = snapshot.existing
         serial = sample_index_serial(existing.sample_index) + 1 if existing and existing.sample_index else 0
         staged = version.storage.join(request.staging_root, staged_sample_index_name(serial))
-        return staged, merge_index(version, runs, owners, staged)
+        size, rows = merge_index(version, runs, owners, staged, written)
+        return StagedIndex(staged, size, rows, layers)
 
-    def journal(self, index: tuple[str, int]) -> Journal:
+    def journal(self, index: StagedIndex) -> Journal:
         """The journal of this plan with its sample index staged: every rename and the new manifest."""
         version, request, base, change = self.version, self.request, self.snapshot.base, self.change
-        kept = list(base.shards) if base else []  # the version's, or the parent's as references
+        kept, entries = self.shard_entries()
         renames: list[tuple[str, str]] = []
         if change is not None and base is not None:
-            kept = change.entries(base, self.rewritten)
             renames += [(_relative(version, rewrite.staged), rewrite.name) for rewrite in change.rewrites]
-        entries: list[ShardEntry] = []
         for attempt, shard_names in zip(self.attempts, self.names):
             for shard, name in zip(attempt.shards, shard_names):
-                renames.append(
-                    (_relative(version, version.storage.join(attempt.staging, staged_shard_name(shard.sequence))), name)
-                )
-                entries.append(ShardEntry.written(shard, name, attempt.keys_ascending))
-        staged_index, index_bytes = index
+                staged_shard = version.storage.join(attempt.staging, staged_shard_name(shard.sequence))
+                renames.append((_relative(version, staged_shard), name))
+        staged_index, index_bytes = index.path, index.bytes
         sample_index = sample_index_path(sample_index_serial(staged_index))
         renames.append((_relative(version, staged_index), sample_index))
         previous_run = dict(base.run) if base else {}
@@ -369,6 +436,7 @@ class CommitPlan:
             options=recorded.options if recorded else request.options,
             sample_index=sample_index,
             sample_index_bytes=index_bytes,
+            sample_index_layers=index.layers,
             parent=request.parent if request.parent is not None else (base.parent if base else None),
             run={
                 "spark_application_id": request.application_id,
@@ -481,20 +549,20 @@ def _shard_names(messages: list[StagedAttempt], existing: Manifest | None) -> li
 
 def _base(
     version: Version, request: CommitRequest, existing: Manifest | None
-) -> tuple[Manifest | None, IndexRows | None]:
+) -> tuple[Manifest | None, list[tuple[IndexPart, IndexLayer | None]]]:
     """What the commit builds on: the version's manifest (an append), or its parent's with every
-    shard a reference (a new version with a parent); and how to read that manifest's index rows
-    (a change reads them more than once)."""
+    shard a reference (a new version with a parent); and the files of that manifest's index, each
+    with the layer entry the new version records if it does not fold it (index_layers.py)."""
     if request.parent is None or (existing is not None and existing.parent == request.parent):
         if existing is None or not existing.shards:
-            return existing, None
+            return existing, []
         if not existing.sample_index:
             raise NoSampleIndex(
                 f"{version.uri} was written before spark-webdataset kept a sample index: appending to it "
                 "cannot prove the new keys unique; write it again (mode overwrite) or into a new version"
             )
-        index_path = version.path(existing.sample_index)
-        return existing, lambda: version_index_rows(version, index_path)
+        own, *layers = index_parts(version, existing)
+        return existing, [(own, None), *zip(layers, existing.sample_index_layers)]
     if existing is not None:
         raise ConcurrentCommit(
             f"{version.uri} is built on {existing.parent or 'no parent'}; a write built on {request.parent} "
@@ -506,12 +574,17 @@ def _base(
     if parent.shards and not parent.sample_index:
         raise NoSampleIndex(f"{parent_version.uri} has no sample index: a child version cannot prove its keys new")
     referenced = dataclasses.replace(
-        parent, shards=[shard.referenced_from(request.parent) for shard in parent.shards], run={}
+        parent,
+        shards=[shard.referenced_from(request.parent) for shard in parent.shards],
+        run={},
+        sample_index_layers=[],
     )
     if not parent.shards:
-        return referenced, None
-    parent_index = parent_version.path(parent.sample_index)
-    return referenced, lambda: version_index_rows(parent_version, parent_index, parent=request.parent)
+        return referenced, []
+    own, *layers = index_parts(parent_version, parent, stored_in=request.parent)
+    assert parent.sample_index is not None and parent.sample_index_bytes is not None
+    own_layer = IndexLayer(request.parent, parent.sample_index, parent.sample_index_bytes, file_rows(own))
+    return referenced, [(own, own_layer), *zip(layers, parent.sample_index_layers)]
 
 
 def _change_record(

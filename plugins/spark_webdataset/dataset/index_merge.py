@@ -1,5 +1,7 @@
 """The next sample index of a commit: the sorted index runs of its tasks and of what it builds
-on, merged into one and staged; a key in two runs fails the commit, naming both."""
+on (every layer of the base's index, its live rows), merged to prove keys unique (a key in two runs
+fails the commit, naming both); the runs the new version stores (its own rows, the layers it folds)
+are staged as its own index file."""
 
 from __future__ import annotations
 
@@ -9,14 +11,14 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
 
 from ..errors import DuplicateKey
 from ..format.keys import first_duplicate_in_blocks, merge_blocks
+from .index_layers import IndexPart, live_rows, part_rows
 from .layout import Version
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 
 def task_keys(version: Version, path: str) -> pa.Array:
@@ -40,45 +42,69 @@ def task_index_rows(version: Version, path: str, names: list[str]) -> Iterator[p
             yield named_rows(batch, shard_names).cast(MERGE_SCHEMA)
 
 
-def version_index_rows(version: Version, path: str, parent: str | None = None) -> Iterator[pa.RecordBatch]:
-    """A version's index rows; read from a `parent`, its own shards' locations become references."""
-    import pyarrow.compute as pc
+def base_part_rows(part: IndexPart, listed: pa.Array) -> Iterator[pa.RecordBatch]:
+    """The live rows of one file of the base's index as the new version names and lists them
+    (`listed`: its shard locations), sorted by key (format.sample_index.MERGE_SCHEMA)."""
+    from ..format.sample_index import MERGE_SCHEMA
 
-    from ..format.sample_index import MERGE_SCHEMA, index_block_rows
-
-    with version.storage.open_read(path) as stream:
-        for batch in index_block_rows(stream):
-            batch = batch.cast(MERGE_SCHEMA)
-            if parent is not None:
-                shards = batch.column(1)
-                own = pc.invert(pc.starts_with(shards, "../"))
-                referenced = pc.if_else(own, pc.binary_join_element_wise(f"../{parent}/", shards, ""), shards)
-                batch = batch.set_column(1, "shard", referenced)
-            yield batch
+    for batch in live_rows(part, listed, part_rows(part)):
+        yield batch.cast(MERGE_SCHEMA)
 
 
-def merge_index(version: Version, runs: list[Iterator[pa.RecordBatch]], owners: list[str], staged: str) -> int:
-    """Merge the sorted `runs` (`owners[i]` names run i in an error) into one index staged at
-    `staged`; raise DuplicateKey on a key in two runs. Its size in bytes."""
+def layer_rows_near(part: IndexPart, listed: pa.Array, keys: pa.Array) -> Iterator[pa.RecordBatch]:
+    """The live rows of the blocks of one file that may hold any of the sorted `keys` (MERGE_SCHEMA):
+    what a layer the new version keeps must be merged with to prove the new keys absent from it,
+    at the cost of the blocks the new keys fall in, not of the layer."""
+    from ..format.sample_index import MERGE_SCHEMA, IndexFile
+
+    if not len(keys):
+        return
+    blocks = IndexFile(part, cache_blocks=1, name=part.uri).blocks_holding(keys)
+    for batch in live_rows(part, listed, blocks):
+        yield batch.cast(MERGE_SCHEMA)
+
+
+def merge_index(
+    version: Version,
+    runs: list[Iterator[pa.RecordBatch]],
+    owners: list[str],
+    staged: str,
+    written: set[int] | None = None,
+) -> tuple[int, int]:
+    """Merge the sorted `runs` (`owners[i]` names run i in an error), raising DuplicateKey on a key in
+    two runs, and stage the rows of the runs in `written` (all if None) as one index at `staged`:
+    the other runs are layers the new version reads through, merged only to prove its keys unique.
+    (its size in bytes, its rows)"""
     from ..format.sample_index import write_index
+
+    keep = None if written is None or len(written) == len(runs) else np.array(sorted(written), dtype=np.int64)
 
     def merged() -> Iterator[pa.RecordBatch]:
         started = _started_together(runs, version.storage.concurrent_requests)
-        for rows, found in first_duplicate_in_blocks(merge_blocks(started)):
+        runs_of_block: list[np.ndarray] = []  # the run of each row of the block in hand
+
+        def tagged() -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+            for block, runs_of in merge_blocks(started):
+                runs_of_block[:] = [runs_of]
+                yield block, runs_of
+
+        for rows, found in first_duplicate_in_blocks(tagged()):
             if found:
                 key, first, second = found
                 raise DuplicateKey(
                     f"duplicate sample key {key!r} in {owners[first]} and {owners[second]} of {version.uri}: "
                     "a key may appear only once in a version"
                 )
+            if keep is not None:
+                rows = rows.filter(pa.array(np.isin(runs_of_block[0], keep)))
             yield rows
 
     with tempfile.TemporaryDirectory(prefix="webdataset-index-") as scratch:
         local = os.path.join(scratch, "index.parquet")
-        write_index(merged(), local)
+        count = write_index(merged(), local)
         with open(local, "rb") as source, version.storage.open_write(staged) as target:
             shutil.copyfileobj(source, target, 8 << 20)
-        return os.path.getsize(local)
+        return os.path.getsize(local), count
 
 
 def _started_together(runs: list[Iterator[pa.RecordBatch]], threads: int) -> list[Iterator[pa.RecordBatch]]:

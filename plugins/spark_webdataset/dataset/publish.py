@@ -134,6 +134,10 @@ def publish(
         # what its directory stores, and what it references in its parent's chain (no copy)
         "parent": manifest.parent,
         "bytes_stored": sum(shard.bytes for shard in manifest.own_shards),
+        # its sample index: the file it stores, and its ancestors' files it reads through (layers)
+        "index_bytes_stored": manifest.sample_index_bytes,
+        "index_layers": len(manifest.sample_index_layers),
+        "index_layer_bytes": sum(layer.bytes for layer in manifest.sample_index_layers),
         "logical_date": moment,
         "published_at": _now(),
         # unique per attempt: a 412 whose read-back shows our own record is a

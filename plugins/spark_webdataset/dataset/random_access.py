@@ -29,6 +29,7 @@ from ..format.sample_reader import READ_PIECE_BYTES, iter_samples
 from ..format.tar_rules import ZERO_BLOCK
 from ..storage import storage_for
 from ..storage.base import RangeFile, Storage
+from .index_layers import LayeredIndex, check_layer, index_parts
 from .layout import Version
 from .paths import check_shard_location
 from .resolve import committed_version
@@ -54,6 +55,8 @@ def check_locations(manifest: Manifest, manifest_uri: str) -> Manifest:
         raise CorruptManifest(
             f"{manifest_uri}: sample index {index!r} is not a path the writer gives ({sample_index_path(0)}, ...)"
         )
+    for layer in manifest.sample_index_layers:
+        check_layer(layer, manifest_uri)
     return manifest
 
 
@@ -82,8 +85,11 @@ class _IndexOpener:
         return RangeFile(storage_for(self.uri), self.uri, self.size)
 
 
-def index_file(version_uri: str, manifest: Manifest, cache_blocks: int = DEFAULT_CACHE_BLOCKS) -> IndexFile:
-    """The version's sample index, read by ranged reads (NoSampleIndex if it has none)."""
+def index_file(
+    version_uri: str, manifest: Manifest, cache_blocks: int = DEFAULT_CACHE_BLOCKS
+) -> IndexFile | LayeredIndex:
+    """The version's sample index, read by ranged reads (NoSampleIndex if it has none): its one whole
+    file, or its own file over its ancestors' layers (index_layers.py) when the manifest lists some."""
     if not manifest.sample_index or manifest.sample_index_bytes is None:
         raise NoSampleIndex(
             f"{version_uri} has no sample index (written before spark-webdataset kept one): "
@@ -91,6 +97,10 @@ def index_file(version_uri: str, manifest: Manifest, cache_blocks: int = DEFAULT
         )
     check_locations(manifest, Version.at(version_uri).manifest_uri)
     path = storage_for(version_uri).join(version_uri, manifest.sample_index)
+    if manifest.sample_index_layers:
+        version = Version.at(version_uri)
+        listed = [entry.location for entry in manifest.shards]
+        return LayeredIndex(index_parts(version, manifest), listed, cache_blocks, name=path)
     return IndexFile(_IndexOpener(path, manifest.sample_index_bytes), cache_blocks, name=path)
 
 

@@ -23,7 +23,8 @@ and a rerun finishes the job:
    which are committed (it would read as a plain directory of tars). `_RETIRED` last: until the
    directory is gone a rerun removes it without asking its age again.
 
-A shard that a kept version references (its manifest's entry names the retired version) stays, with
+A shard or a sample index layer that a kept version references (its manifest's entry names the
+retired version) stays, with
 what proves it later and keeps it immutable: the retired version's `_manifest.json`, `_validation.json`
 (a kept child's validation proves the shard by it), `_SEALED` (no writer may touch the directory),
 `_WEBDATASET` and `_RETIRED`. The whole directory goes once nothing references it.
@@ -103,14 +104,14 @@ class GcReport:
         gone = set(self.retired) | set(self.removed_unpublished)
         for version, held in self.still_referenced.items():
             if version not in gone:
-                lines.append(f" held     {version} (retired; {len(held)} shard(s) stay: kept versions reference them)")
+                lines.append(f" held     {version} (retired; {len(held)} file(s) stay: kept versions reference them)")
         for version in self.retired:
             held = self.still_referenced.get(version)
-            note = f" ({len(held)} shard(s) stay: kept versions reference them)" if held else ""
+            note = f" ({len(held)} file(s) stay: kept versions reference them)" if held else ""
             lines.append(f" retired  {version}{note}")
         for version in self.removed_unpublished:
             held = self.still_referenced.get(version)
-            note = f" ({len(held)} shard(s) stay: kept versions reference them)" if held else ""
+            note = f" ({len(held)} file(s) stay: kept versions reference them)" if held else ""
             lines.append(f" removed  {version} (unpublished){note}")
         for version, reasons in self.kept.items():
             lines.append(f" kept     {version} ({', '.join(reasons)})")
@@ -131,7 +132,7 @@ class _Removal:
     record_bytes: int
     listing: dict[str, int]  # every file of its directory: relative path -> size
     directories: list[str]  # below the version directory, deepest first (local disk removes them empty)
-    held: list[str]  # its shards that kept versions reference: they stay, with PROOF_FILES
+    held: list[str]  # its shards and index layers that kept versions reference: they stay, with PROOF_FILES
 
     @property
     def whole(self) -> bool:
@@ -235,7 +236,8 @@ def _decide(dataset: Dataset, policy: RetentionPolicy, now: float) -> tuple[dict
 
 
 def _referenced(dataset: Dataset, kept: dict[str, list[str]], directories: list[str]) -> dict[str, set[str]]:
-    """Shards of other versions that kept versions reference: version that stores them -> shard names."""
+    """Files of other versions that kept versions reference: version that stores them -> paths in its
+    directory (shard names, and the sample index layers a kept version reads through)."""
     needed: dict[str, set[str]] = {}
     present = set(directories)
     for version_id in kept:
@@ -245,6 +247,8 @@ def _referenced(dataset: Dataset, kept: dict[str, list[str]], directories: list[
         for entry in manifest.shards if manifest is not None else ():
             if entry.version is not None:
                 needed.setdefault(entry.version, set()).add(entry.name)
+        for layer in manifest.sample_index_layers if manifest is not None else ():
+            needed.setdefault(layer.version, set()).add(layer.path)
     return needed
 
 

@@ -18,6 +18,7 @@ every sample in it once, where the tars have it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -35,7 +36,7 @@ import pyarrow.compute as pc
 from tqdm import tqdm
 
 from .. import fault_points
-from ..errors import BadOption, ChecksumMismatch, InputError, VersionSealed, WebDatasetError
+from ..errors import BadOption, ChecksumMismatch, CorruptManifest, InputError, VersionSealed, WebDatasetError
 from ..format.checksums import crc32c_extend, crc32c_text
 from ..format.keys import count_duplicates, merge_blocks
 from ..format.manifest import Manifest, ShardEntry
@@ -43,6 +44,7 @@ from ..format.sample_index import index_block_rows
 from ..format.verify import ShardReport, check_shard
 from ..storage import Storage, storage_for
 from ..storage.base import StoredObject
+from .index_layers import IndexPart, index_parts, locations, merged_live_rows
 from .layout import Version
 from .lock import CommitLock
 from .tree import MANIFEST_NAME, METADATA_FILES
@@ -362,7 +364,7 @@ def validate_version(
         report.add_error(error)
     if not full:
         report.shards.extend(_check_references(version, manifest, report))
-    if manifest.parent is not None and manifest.sample_index:
+    if (manifest.parent is not None or manifest.sample_index_layers) and manifest.sample_index:
         for error in _check_index_counts(version, manifest):
             report.add_error(error)
     report.seconds = time.monotonic() - started
@@ -531,15 +533,27 @@ def _stored_crc32c(storage: Storage, path: str) -> tuple[str, int]:
 
 
 def _check_index_counts(version: Version, manifest: Manifest) -> list[str]:
-    """Across all the shards of a child version (its own and referenced): every key once in the index,
-    and as many index rows for each shard as its manifest entry's samples."""
+    """Across all the shards of a child version (its own and referenced): every key once in the index
+    (its live rows, over every layer), and as many index rows for each shard as its manifest entry's
+    samples; each layer file of an ancestor the size the manifest says."""
     import collections
 
     counts: collections.Counter[str] = collections.Counter()
     previous: str | None = None
     assert manifest.sample_index is not None
-    with version.storage.open_read(version.path(manifest.sample_index)) as stream:
-        for batch in index_block_rows(stream):
+    try:
+        parts = index_parts(version, manifest)
+    except CorruptManifest as error:
+        return [str(error)]
+    problems = _check_layer_sizes(parts[1:])
+    if problems:
+        return problems
+    with contextlib.ExitStack() as stack:
+        if manifest.sample_index_layers:
+            rows: Iterator[pa.RecordBatch] = merged_live_rows(parts, locations(manifest))
+        else:
+            rows = index_block_rows(stack.enter_context(version.storage.open_read(version.path(manifest.sample_index))))
+        for batch in rows:
             keys = batch.column("key")
             if len(keys) and previous is not None and keys[0].as_py() <= previous:
                 return [f"the sample index repeats or misorders key {keys[0].as_py()!r}"]
@@ -548,11 +562,26 @@ def _check_index_counts(version: Version, manifest: Manifest) -> list[str]:
             previous = keys[len(keys) - 1].as_py() if len(keys) else previous
             values, found = (part.to_pylist() for part in pc.value_counts(batch.column("shard")).flatten())
             counts.update(dict(zip(values, found)))
-    problems = []
     for shard in manifest.shards:
         if counts.get(shard.location, 0) != shard.samples:
             problems.append(
                 f"the sample index has {counts.get(shard.location, 0)} samples of {shard.location}, the manifest {shard.samples}"
+            )
+    return problems
+
+
+def _check_layer_sizes(layers: list[IndexPart]) -> list[str]:
+    """Each ancestor's index file the version reads through is on storage with the bytes its manifest
+    says (as a referenced shard's size is checked; its rows are read and counted after)."""
+    problems = []
+    for part in layers:
+        storage = storage_for(part.uri)
+        directory, name = part.uri.rsplit("/", 1)
+        size = storage.list_sizes(directory).get(name)
+        if size != part.bytes:
+            problems.append(
+                f"the sample index layer {part.uri} of version {part.stored_in} is {size} bytes on storage, "
+                f"the manifest says {part.bytes}: it changed after it was published"
             )
     return problems
 
@@ -576,6 +605,8 @@ def _index_rows(version: Version, manifest: Manifest, full: bool = False) -> Ind
         return None
     path = version.path(manifest.sample_index)
     storage = version.storage
+    if full and manifest.sample_index_layers:  # every shard opened: every live row, over the layers
+        return lambda: merged_live_rows(index_parts(version, manifest), locations(manifest))
 
     def rows() -> Iterator[pa.RecordBatch]:
         with storage.open_read(path) as stream:

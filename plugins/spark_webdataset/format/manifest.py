@@ -80,6 +80,21 @@ class ShardEntry:
         return document
 
 
+@dataclass(frozen=True)
+class IndexLayer:
+    """A sample index file of an ancestor version that a version reads through (its manifest's
+    `sample_index_layers`, nearest ancestor first): `version` STORES the file at `path` (relative to
+    that version's directory; never a copy, like a referenced shard), `bytes` and `rows` as written."""
+
+    version: str
+    path: str
+    bytes: int
+    rows: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "path": self.path, "bytes": self.bytes, "rows": self.rows}
+
+
 @dataclass
 class Manifest:
     shards: list[ShardEntry]
@@ -91,6 +106,9 @@ class Manifest:
     sample_index: str | None = None
     sample_index_bytes: int | None = None
     parent: str | None = None  # the published version this one was built on (same root)
+    # Ancestors' index files this version's index reads through (dataset/index_layers.py): its own
+    # `sample_index` holds the rows it wrote; empty (every version written before layers): it is whole.
+    sample_index_layers: list[IndexLayer] = field(default_factory=list)
 
     @property
     def own_shards(self) -> list[ShardEntry]:
@@ -118,6 +136,11 @@ class Manifest:
             "sample_index": self.sample_index,
             "sample_index_bytes": self.sample_index_bytes,
             **({"parent": self.parent} if self.parent is not None else {}),
+            **(
+                {"sample_index_layers": [layer.to_dict() for layer in self.sample_index_layers]}
+                if self.sample_index_layers
+                else {}
+            ),
             "run": self.run,
         }
         return (json.dumps(document, indent=1, sort_keys=False, ensure_ascii=False) + "\n").encode()
@@ -147,6 +170,10 @@ class Manifest:
             sample_index=_field(document, "sample_index", str, where, None),
             sample_index_bytes=_size(document, "sample_index_bytes", where, None),
             parent=_field(document, "parent", str, where, None),
+            sample_index_layers=[
+                _layer(entry, f"{where}: sample_index_layers[{number}]")
+                for number, entry in enumerate(_field(document, "sample_index_layers", list, where, []))
+            ],
         )
 
     def content(self) -> dict[str, Any]:
@@ -210,6 +237,21 @@ def _shard_entry(entry: object, where: str) -> ShardEntry:
         sha256=sha,
         keys_ascending=_field(entry, "keys_ascending", bool, where, False),
         version=_field(entry, "version", str, where, None),
+    )
+
+
+def _layer(entry: object, where: str) -> IndexLayer:
+    """One entry of `sample_index_layers` (its path and version are checked where it is read)."""
+    if not isinstance(entry, dict):
+        raise CorruptManifest(f"{where} is {_short(entry)}, not an object")
+    unknown = set(entry) - {"version", "path", "bytes", "rows"}
+    if unknown:
+        raise CorruptManifest(f"{where} has unknown entries {sorted(unknown)!r}")
+    return IndexLayer(
+        version=_field(entry, "version", str, where),
+        path=_field(entry, "path", str, where),
+        bytes=_size(entry, "bytes", where),
+        rows=_size(entry, "rows", where),
     )
 
 

@@ -349,6 +349,19 @@ class IndexFile:
         for number in range(first, len(self._starts)):
             yield self._first_keys[number], self._block(number).table
 
+    def blocks_holding(self, keys: pa.Array) -> Iterator[pa.Table]:
+        """The blocks that may hold any of the sorted `keys`, in order, each once: a key's block is the
+        last whose first key is at most it (every block when the footer has no key statistics)."""
+        len(self)  # the footer
+        if any(first is None for first in self._first_keys):
+            numbers: Iterable[int] = range(len(self._starts))
+        else:
+            firsts = np.array(self._first_keys, dtype=object)
+            at = np.searchsorted(firsts, np.asarray(keys.to_pylist(), dtype=object), side="right") - 1
+            numbers = [int(number) for number in np.unique(at) if number >= 0]
+        for number in numbers:
+            yield self._block(number).table
+
     def keys(self) -> Iterator[str]:
         """Every key, in order, a block at a time."""
         len(self)  # the footer

@@ -135,3 +135,23 @@ def test_a_lookup_in_a_million_keys_reads_a_few_small_ranges(tmp_path) -> None:
     assert len(index) == 1_000_000 and index.at(-1).key == "sample-000999999"
     assert size / 1_000_000 < 16  # bytes of index a sample
     assert BLOCK_ROWS >= 1024
+
+
+def test_blocks_holding_reads_only_the_blocks_where_the_keys_fall(tmp_path) -> None:
+    count = 3 * BLOCK_ROWS
+    keys = [f"k{i:07d}" for i in range(count)]
+    table = pa.table(
+        {"key": keys, "shard": ["shard-000000.tar"] * count, "offset": [512 * i for i in range(count)],
+         "length": [512] * count, "crc32c": pa.array([0] * count, pa.uint32())}
+    ).cast(INDEX_SCHEMA)  # fmt: skip
+    path = tmp_path / "index.parquet"
+    write_index(table.to_batches(), str(path))
+    index = IndexFile(lambda: RangeFile(LocalStorage(), str(path), path.stat().st_size), cache_blocks=4)
+
+    def firsts(wanted: list[str]) -> list[str]:
+        return [block.column("key")[0].as_py() for block in index.blocks_holding(pa.array(wanted))]
+
+    assert firsts([keys[5], keys[7]]) == [keys[0]]  # one block, once
+    assert firsts([keys[BLOCK_ROWS + 1], f"k{count + 5:07d}"]) == [keys[BLOCK_ROWS], keys[2 * BLOCK_ROWS]]
+    assert firsts(["a", "k"]) == []  # before the first key: in no block
+    assert firsts([]) == []

@@ -64,6 +64,7 @@ _VERSION = """{% extends "base" %}{% block title %}{{ name }} {{ v.version }} - 
 <p><code>{{ v.uri }}</code>{% if v.samples is not none %}: {{ v.samples }} samples, {{ size(v.bytes) }} in {{ v.shards|length }} shards{% else %}: <span class="error">{{ v.state }}</span>{% endif %}.
 Fields: {% for f in v.fields %}<code>{{ f.name }}</code> ({{ f.type }}){% if not loop.last %}, {% endif %}{% endfor %}</p>
 {% if v.parent %}<p id="parent">Built on <a href="{{ base }}/datasets/{{ name|urlencode }}/versions/{{ v.parent|urlencode }}">{{ v.parent }}</a>: {{ size(v.bytes_stored) }} stored here, {{ size(v.bytes_referenced) }} referenced.</p>{% endif %}
+{% if v.sample_index_layers %}<p id="index-layers">Sample index: {{ size(v.sample_index_bytes) }} stored here, read over {{ v.sample_index_layers|length }} layer(s) of its ancestors ({{ size(v.sample_index_layers|sum(attribute="bytes")) }}: {% for l in v.sample_index_layers %}{{ l.version }}{% if not loop.last %}, {% endif %}{% endfor %}).</p>{% endif %}
 
 <h2>Validation</h2>
 {% if v.validation is none %}<p class="muted">Not validated.</p>

@@ -146,6 +146,7 @@ def version_detail_and_manifest(root: str, version_id: str) -> tuple[dict, Manif
         "publish_record": record,
         "index": None if record is None else record.get("index"),
         "sample_index_bytes": None if manifest is None else manifest.sample_index_bytes,
+        "sample_index_layers": [] if manifest is None else [layer.to_dict() for layer in manifest.sample_index_layers],
     }, manifest
 
 

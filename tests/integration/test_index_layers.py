@@ -1,0 +1,259 @@
+"""Layered sample indexes (issue 33): a chain of 30 versions (appends, upserts, deletes, local disk)
+whose children store only the index rows of what they wrote, layered over their ancestors' files,
+folded when the chain grows (index_layers.fold_count). Every reader reads each version exactly;
+`open()` answers a key with a bounded number of ranged reads (counted by a spy on LocalStorage's
+read_range that calls the real one: no behaviour is faked); gc keeps a retired parent's layer file.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import webdataset as wds
+
+import spark_webdataset
+from spark_webdataset.dataset.index_layers import MAX_INDEX_LAYERS
+from spark_webdataset.dataset.layout import Dataset
+from spark_webdataset.dataset.publish import publish
+from spark_webdataset.dataset.retention import RetentionPolicy, collect
+from spark_webdataset.dataset.validate import validate_version
+from spark_webdataset.format.manifest import Manifest
+from spark_webdataset.storage.base import RangeFile
+from spark_webdataset.storage.local import LocalStorage
+
+pytestmark = pytest.mark.slow
+
+
+def _write(spark, root: str, version: str, rows: dict[str, str], parent: str | None, change: str | None) -> None:
+    frame = spark.createDataFrame(sorted(rows.items()), "__key__ string, txt string")
+    writer = frame.coalesce(1).sortWithinPartitions("__key__").write.format("webdataset")
+    writer = writer.option("maxSamplesPerShard", "20")
+    if parent is not None:
+        writer = writer.option("parent", parent)
+    if change is not None:
+        writer = writer.option("change", change)
+    writer.mode("overwrite").save(f"{root}/versions/{version}")
+
+
+def _delete(spark, root: str, version: str, keys: list[str], parent: str) -> None:
+    frame = spark.createDataFrame([(key,) for key in keys], "__key__ string")
+    frame.write.format("webdataset").option("parent", parent).option("change", "delete").mode("overwrite").save(
+        f"{root}/versions/{version}"
+    )
+
+
+def _publish(root: str, version: str) -> Manifest:
+    report = validate_version(f"{root}/versions/{version}", workers=1, progress=False)
+    assert report.ok, report.errors
+    publish(root, version, logical_date=f"2026-11-01T{int(version[1:]) // 60:02d}:{int(version[1:]) % 60:02d}:00Z")
+    return Dataset(root).published(version)[1]
+
+
+def _open_reads_exactly(root: str, version: str, wanted: dict[str, str]) -> None:
+    uri = f"{root}/versions/{version}"
+    samples = spark_webdataset.open(uri)
+    ordered = sorted(wanted)
+    assert len(samples) == len(wanted), version
+    assert list(samples.keys()) == ordered, version
+    assert {key: samples.get(key)["txt"].decode() for key in ordered} == wanted, version
+    assert [samples[i]["__key__"] for i in range(len(samples))] == ordered, version
+    assert samples[len(samples) - 1]["txt"].decode() == wanted[ordered[-1]]
+    assert "absent" not in samples
+
+
+@pytest.fixture(scope="module")
+def chain(spark, tmp_path_factory) -> tuple[str, dict[str, dict[str, str]], dict[str, Manifest]]:
+    """v00 (400 samples in 20 shards) and 29 children: appends, upserts and deletes in turn."""
+    root = str(tmp_path_factory.mktemp("layers") / "data")
+    pick = random.Random(33)
+    current = {f"k{i:05d}": f"v00 text {i}" for i in range(400)}
+    _write(spark, root, "v00", current, None, None)
+    expected = {"v00": dict(current)}
+    manifests = {"v00": _publish(root, "v00")}
+    next_key = 400
+    for number in range(1, 30):
+        version, parent = f"v{number:02d}", f"v{number - 1:02d}"
+        kind = ("append", "upsert", "delete")[number % 3]
+        if kind == "delete":
+            gone = pick.sample(sorted(current), 4)
+            _delete(spark, root, version, gone, parent)
+            current = {k: v for k, v in current.items() if k not in gone}
+        else:
+            rows = {f"k{next_key + i:05d}": f"{version} new {i}" for i in range(8)}
+            next_key += 8
+            if kind == "upsert":
+                rows.update({key: f"{version} upserted" for key in pick.sample(sorted(current), 5)})
+            _write(spark, root, version, rows, parent, kind)
+            current = {**current, **rows}
+        expected[version] = dict(current)
+        manifests[version] = _publish(root, version)
+    return root, expected, manifests
+
+
+def test_a_chain_of_30_versions_stores_what_changed_and_stays_within_the_layer_bound(chain) -> None:
+    root, _, manifests = chain
+    depths = [len(manifest.sample_index_layers) for manifest in manifests.values()]
+    assert depths[0] == 0  # no parent: a whole index, as every version before layers
+    assert all(1 + depth <= MAX_INDEX_LAYERS for depth in depths), depths
+    assert max(depths) >= 3, depths  # children read through their ancestors' files...
+    assert any(after < before + 1 for before, after in zip(depths[1:], depths[2:])), depths  # ...and fold them
+    for version, manifest in manifests.items():
+        for layer in manifest.sample_index_layers:  # the version that stores the file, never a copy
+            stored = Path(root, "versions", layer.version, layer.path)
+            assert stored.stat().st_size == layer.bytes and int(layer.version[1:]) < int(version[1:])
+    whole = manifests["v00"].sample_index_bytes
+    appends = [m for v, m in manifests.items() if int(v[1:]) % 3 == 0 and m.sample_index_layers]
+    assert len(appends) >= 5
+    for manifest in appends:  # 8 new keys: the child's own file holds its change, not the dataset
+        assert manifest.sample_index_bytes < whole / 2
+
+
+def test_open_reads_every_version_of_the_chain_exactly(chain) -> None:
+    root, expected, _ = chain
+    for version, wanted in expected.items():
+        _open_reads_exactly(root, version, wanted)
+
+
+def test_spark_key_options_and_webdataset_read_layered_versions_exactly(spark, chain) -> None:
+    root, expected, _ = chain
+    for version in ("v14", "v29"):
+        uri = f"{root}/versions/{version}"
+        wanted = {key: value.encode() for key, value in expected[version].items()}
+        whole = spark.read.format("webdataset").load(uri).select("__key__", "txt").collect()
+        assert {row[0]: bytes(row[1]) for row in whole} == wanted
+        for options, predicate in (
+            ({"keyMin": "k00100", "keyMax": "k00199"}, lambda k: "k00100" <= k <= "k00199"),
+            ({"keyPrefix": "k004"}, lambda k: k.startswith("k004")),
+            ({"keyMin": "k00395"}, lambda k: k >= "k00395"),
+        ):
+            frame = spark.read.format("webdataset").options(**options).load(uri).select("__key__", "txt")
+            assert {row[0]: bytes(row[1]) for row in frame.collect()} == {
+                k: v for k, v in wanted.items() if predicate(k)
+            }, (version, options)
+        index = json.loads(Path(uri, "shardindex.json").read_text())
+        urls = [str(Path(uri, entry["url"]).resolve()) for entry in index["shardlist"]]
+        by_wds = {s["__key__"]: s["txt"] for s in wds.WebDataset(urls, shardshuffle=False)}
+        assert by_wds == wanted
+
+
+def test_open_answers_a_key_with_a_bounded_number_of_ranged_reads(chain, monkeypatch) -> None:
+    root, expected, manifests = chain
+    version = max(manifests, key=lambda v: (len(manifests[v].sample_index_layers), v))
+    files = 1 + len(manifests[version].sample_index_layers)
+    assert files >= 3
+    reads: list[str] = []
+    blocks: list[str] = []
+    real_read, real_prefetch = LocalStorage.read_range, RangeFile.prefetch
+
+    def counted_read(self, path, offset, length):  # a spy: counts, then the real read
+        reads.append(path)
+        return real_read(self, path, offset, length)
+
+    def counted_prefetch(self, offset, length):
+        blocks.append(self.path)
+        return real_prefetch(self, offset, length)
+
+    monkeypatch.setattr(LocalStorage, "read_range", counted_read)
+    monkeypatch.setattr(RangeFile, "prefetch", counted_prefetch)
+    samples = spark_webdataset.open(f"{root}/versions/{version}", cache_blocks=0)  # no block stays cached
+    keys = sorted(expected[version])
+    assert list(samples.keys()) == keys  # every file's footer, read once
+    for key in pick_spread(keys):
+        reads.clear(), blocks.clear()
+        assert samples.get(key)["txt"].decode() == expected[version][key]
+        index_reads = [path for path in reads if "/_index/" in path]
+        shard_reads = [path for path in reads if path.endswith(".tar")]
+        assert len(shard_reads) == 1, reads
+        assert len(index_reads) <= files <= MAX_INDEX_LAYERS, (key, reads)  # one block a file at most
+        assert len(blocks) == len(index_reads)  # each a block, no footer again
+        assert len(reads) == len(index_reads) + 1
+
+
+def pick_spread(keys: list[str]) -> list[str]:
+    """Keys across the range: the first, the last and some between."""
+    return [keys[0], keys[len(keys) // 3], keys[len(keys) // 2], keys[-5], keys[-1]]
+
+
+def test_gc_keeps_a_retired_parents_layer_file_for_the_child(chain, tmp_path) -> None:
+    import shutil
+
+    source, expected, manifests = chain
+    root = str(tmp_path / "copy")
+    shutil.copytree(source, root)
+    last = "v29"
+    layers = manifests[last].sample_index_layers
+    report = collect(root, RetentionPolicy(keep_last=1, min_age_seconds=0))
+    assert last in report.kept and len(report.retired) == 29
+    for layer in layers:  # every file the kept version reads through stays, with its version's manifest
+        assert Path(root, "versions", layer.version, layer.path).exists()
+        assert layer.path in report.still_referenced[layer.version]
+    _open_reads_exactly(root, last, expected[last])
+    for full in (False, True):  # --full reads every shard and compares it with the live rows of every layer
+        report = validate_version(f"{root}/versions/{last}", workers=1, progress=False, write_report=False, full=full)
+        assert report.ok, (full, report.errors)
+
+
+def test_inspect_and_the_view_show_a_versions_index_layers(chain) -> None:
+    from spark_webdataset.airflow.ui import pages
+    from spark_webdataset.airflow.ui.summary import version_detail
+    from spark_webdataset.dataset.catalog import describe_root, format_description
+
+    root, _, manifests = chain
+    layered = next(v for v, m in manifests.items() if len(m.sample_index_layers) >= 2)
+    layers = manifests[layered].sample_index_layers
+    described = {v.version: v.as_dict() for v in describe_root(root).versions}
+    assert described[layered]["index_layers"] == len(layers)
+    assert described[layered]["index_layer_bytes"] == sum(layer.bytes for layer in layers)
+    assert described["v00"]["index_layers"] == 0
+    line = next(line for line in format_description(describe_root(root)).splitlines() if f" {layered} " in line)
+    assert f"index over {len(layers)} layer(s) of ancestors" in line
+    detail = version_detail(root, layered)
+    assert [layer["version"] for layer in detail["sample_index_layers"]] == [layer.version for layer in layers]
+    html = pages.render("version", base="", name="data", v=detail, api="", preview=None, n=4, record_json="")
+    assert 'id="index-layers"' in html and layers[-1].version in html
+
+
+def test_a_key_in_a_layer_the_child_keeps_still_fails_an_append(spark, chain, tmp_path) -> None:
+    import shutil
+
+    from spark_webdataset.errors import DuplicateKey, from_spark
+
+    source, expected, manifests = chain
+    root = str(tmp_path / "copy")
+    shutil.copytree(source, root)
+    parent = max(manifests, key=lambda v: (len(manifests[v].sample_index_layers), v))
+    deepest = manifests[parent].sample_index_layers[-1].version
+    samples = spark_webdataset.open(f"{root}/versions/{parent}")
+    key = next(k for k in samples.keys() if samples.locate(k).shard.startswith(f"../{deepest}/"))
+    with pytest.raises(Exception) as caught:
+        _write(spark, root, "v99", {key: "again", "k99999": "new"}, parent, "append")
+    assert isinstance(from_spark(caught.value), DuplicateKey), caught.value
+    assert key in str(caught.value) and f"index layer of version {deepest}" in str(caught.value)
+    assert not Path(root, "versions", "v99", "_manifest.json").exists()
+    _write(spark, root, "v99", {"k99999": "new"}, parent, "append")  # a new key alone is fine
+    assert _publish(root, "v99").sample_index_layers[-1].version == deepest
+    _open_reads_exactly(root, "v99", {**expected[parent], "k99999": "new"})
+
+
+def test_a_changed_layer_file_fails_the_childs_validation_and_a_bad_layer_path_is_refused(chain, tmp_path) -> None:
+    import shutil
+
+    from spark_webdataset.errors import CorruptManifest
+
+    source, _, manifests = chain
+    root = str(tmp_path / "copy")
+    shutil.copytree(source, root)
+    child = next(v for v, m in manifests.items() if m.sample_index_layers)
+    layer = manifests[child].sample_index_layers[0]
+    stored = Path(root, "versions", layer.version, layer.path)
+    stored.write_bytes(stored.read_bytes() + b"\0")
+    report = validate_version(f"{root}/versions/{child}", workers=1, progress=False, write_report=False)
+    assert not report.ok and any("sample index layer" in error["error"] for error in report.errors), report.errors
+    document = json.loads(Path(root, "versions", child, "_manifest.json").read_text())
+    document["sample_index_layers"][0]["path"] = "../../../etc/passwd"
+    Path(root, "versions", child, "_manifest.json").write_text(json.dumps(document))
+    with pytest.raises(CorruptManifest, match="sample index layer"):
+        spark_webdataset.open(f"{root}/versions/{child}")
