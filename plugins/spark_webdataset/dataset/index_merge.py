@@ -5,6 +5,7 @@ are staged as its own index file."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -19,6 +20,13 @@ from ..errors import DuplicateKey
 from ..format.keys import first_duplicate_in_blocks, merge_blocks
 from .index_layers import IndexPart, live_rows, part_rows
 from .layout import Version
+
+# Runs merged at once: the merge holds one block and an open stream a run; past this many, runs are
+# merged in groups through local scratch files (bench/scale.py: a commit of 3,600 tasks held ~25 GB
+# of first blocks, one of 100k tasks ran out of file descriptors).
+MERGE_FAN_IN = 64
+MERGE_BLOCK_ROWS = 8192  # a scratch file's blocks: 64 of them are ~55 MB of index rows
+_RUN = "run"  # the column that carries a row's run through a merge in groups
 
 
 def task_keys(version: Version, path: str) -> pa.Array:
@@ -79,12 +87,11 @@ def merge_index(
 
     keep = None if written is None or len(written) == len(runs) else np.array(sorted(written), dtype=np.int64)
 
-    def merged() -> Iterator[pa.RecordBatch]:
-        started = _started_together(runs, version.storage.concurrent_requests)
+    def merged(scratch: str) -> Iterator[pa.RecordBatch]:
         runs_of_block: list[np.ndarray] = []  # the run of each row of the block in hand
 
         def tagged() -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
-            for block, runs_of in merge_blocks(started):
+            for block, runs_of in merge_in_groups(runs, scratch, version.storage.concurrent_requests):
                 runs_of_block[:] = [runs_of]
                 yield block, runs_of
 
@@ -101,10 +108,58 @@ def merge_index(
 
     with tempfile.TemporaryDirectory(prefix="webdataset-index-") as scratch:
         local = os.path.join(scratch, "index.parquet")
-        count = write_index(merged(), local)
+        count = write_index(merged(scratch), local)
         with open(local, "rb") as source, version.storage.open_write(staged) as target:
             shutil.copyfileobj(source, target, 8 << 20)
         return os.path.getsize(local), count
+
+
+def merge_in_groups(
+    runs: list[Iterator[pa.RecordBatch]], scratch: str, threads: int, fan_in: int = MERGE_FAN_IN
+) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+    """format.keys.merge_blocks over `runs` (the same blocks' rows, each with its run's number) with
+    at most `fan_in` runs open at once: more runs are first merged `fan_in` at a time into files in
+    `scratch`, each row carrying its run's number, then those files are merged in turn."""
+    if len(runs) <= fan_in:
+        yield from merge_blocks(_started_together(runs, threads))
+        return
+    sources = [_with_run(run, number) for number, run in enumerate(runs)]
+    level = 0
+    while len(sources) > fan_in:
+        merged_files = []
+        for start in range(0, len(sources), fan_in):
+            path = os.path.join(scratch, f"merge-{level}-{start // fan_in}.arrow")
+            _write_run(merge_blocks(_started_together(sources[start : start + fan_in], threads)), path)
+            merged_files.append(path)
+        sources = [_read_run(path) for path in merged_files]
+        level += 1
+    for block, _ in merge_blocks(_started_together(sources, threads)):
+        yield block.select(range(block.num_columns - 1)), block.column(_RUN).to_numpy()
+
+
+def _with_run(run: Iterator[pa.RecordBatch], number: int) -> Iterator[pa.RecordBatch]:
+    for block in run:
+        yield block.append_column(_RUN, pa.array(np.full(len(block), number, np.int64)))
+
+
+def _write_run(blocks: Iterator[tuple[pa.RecordBatch, np.ndarray]], path: str) -> None:
+    """Merged blocks to a scratch file in blocks of at most MERGE_BLOCK_ROWS rows (a merged block can
+    hold a block of every run it took from: the next level keeps one block a file in memory)."""
+    with contextlib.ExitStack() as open_files:
+        writer = None
+        for block, _ in blocks:
+            if writer is None:
+                sink = open_files.enter_context(pa.OSFile(path, "wb"))
+                options = pa.ipc.IpcWriteOptions(compression="lz4")
+                writer = open_files.enter_context(pa.ipc.new_stream(sink, block.schema, options=options))
+            writer.write_table(pa.Table.from_batches([block]), max_chunksize=MERGE_BLOCK_ROWS)
+
+
+def _read_run(path: str) -> Iterator[pa.RecordBatch]:
+    if not os.path.exists(path):  # every run of the group was empty
+        return
+    with pa.OSFile(path, "rb") as source:
+        yield from pa.ipc.open_stream(source)
 
 
 def _started_together(runs: list[Iterator[pa.RecordBatch]], threads: int) -> list[Iterator[pa.RecordBatch]]:
