@@ -20,8 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -29,7 +28,7 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
-from harness import Benchmark, Case, Contender, emulator, main, measure
+from harness import Benchmark, Case, Contender, commit_phases_timed, emulator, main, measure
 
 BUCKET = "bench-commit"
 SHARD_BYTES, KEYS_PER_SHARD = 1024, 10
@@ -114,7 +113,6 @@ def commit_contender(
 ) -> Contender:
     """Staging untimed (prepare), commit_job timed; its phases and the emulator's CPU reported."""
     from spark_webdataset.dataset import commit as commit_module
-    from spark_webdataset.dataset import journal as journal_module
     from spark_webdataset.storage import storage_for
 
     staged: list[Any] = []
@@ -124,34 +122,14 @@ def commit_contender(
         staged[:] = stage(uri, shards, stage_threads)
 
     def run() -> dict[str, Any]:
-        phases: dict[str, float] = {}
-        # the two phases that scale with the shard count, timed where commit_job looks them up
-        saved = {
-            (commit_module.CommitPlan, "merge_index"): commit_module.CommitPlan.merge_index,
-            (journal_module, "rename_all"): journal_module.rename_all,
-        }
-
-        def timed(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
-            def wrapper(*args: Any, **kwargs: Any) -> Any:
-                started = time.perf_counter()
-                try:
-                    return original(*args, **kwargs)
-                finally:
-                    phases[f"{name.strip('_')}_s"] = round(time.perf_counter() - started, 3)
-
-            return wrapper
-
         threads_before, storage_class.concurrent_requests = storage_class.concurrent_requests, threads
         server_cpu = sum(server.cpu_times()[:2]) if server else 0.0
         try:
-            for (module, name), original in saved.items():
-                setattr(module, name, timed(name, original))
             writer, messages = staged
-            manifest = commit_module.commit_job(writer.commit_request(messages))
+            with commit_phases_timed() as phases:
+                manifest = commit_module.commit_job(writer.commit_request(messages))
         finally:
             storage_class.concurrent_requests = threads_before
-            for (module, name), original in saved.items():
-                setattr(module, name, original)
         assert len(manifest.shards) == shards and manifest.samples == shards * KEYS_PER_SHARD
         return {**phases, "server_cpu_s": round(sum(server.cpu_times()[:2]) - server_cpu, 3) if server else None}
 

@@ -396,6 +396,36 @@ def measure(
             "contenders": summary, "ratios": ratios}  # fmt: skip
 
 
+@contextlib.contextmanager
+def commit_phases_timed() -> Iterator[dict[str, float]]:
+    """commit_job's two phases that grow with the shards (the index merge, the renames) timed where
+    it looks them up: `<phase>_s` wall seconds in the yielded dict once each has run."""
+    from spark_webdataset.dataset import commit as commit_module
+    from spark_webdataset.dataset import journal as journal_module
+
+    phases: dict[str, float] = {}
+    saved = {(commit_module.CommitPlan, "merge_index"): commit_module.CommitPlan.merge_index,
+             (journal_module, "rename_all"): journal_module.rename_all}  # fmt: skip
+
+    def timed(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                phases[f"{name}_s"] = round(time.perf_counter() - started, 3)
+
+        return wrapper
+
+    try:
+        for (owner, name), original in saved.items():
+            setattr(owner, name, timed(name, original))
+        yield phases
+    finally:
+        for (owner, name), original in saved.items():
+            setattr(owner, name, original)
+
+
 def profiled(fn: Callable[[], Any], top: int = 15, clock: Callable[[], float] | None = None) -> list[dict[str, Any]]:
     """`fn` once under cProfile: the `top` functions by own time."""
     profile = cProfile.Profile(clock) if clock else cProfile.Profile()

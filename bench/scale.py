@@ -69,7 +69,18 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
-from harness import MIB, Benchmark, Case, Contender, RssSampler, emulator, main, measure, print_table
+from harness import (
+    MIB,
+    Benchmark,
+    Case,
+    Contender,
+    RssSampler,
+    commit_phases_timed,
+    emulator,
+    main,
+    measure,
+    print_table,
+)
 
 BUCKET = "bench-scale"
 CHILD_SAMPLES = 1000
@@ -375,33 +386,13 @@ def write_report(version_uri: str) -> None:
 
 
 def timed_commit(request_of: Callable[[], Any]) -> Callable[[], dict[str, Any]]:
-    """commit_job with its merge and rename phases timed where it looks them up."""
-    from spark_webdataset.dataset import commit as commit_module
-    from spark_webdataset.dataset import journal as journal_module
+    """commit_job with its merge and rename phases timed (harness.commit_phases_timed)."""
+    from spark_webdataset.dataset.commit import commit_job
 
     def run() -> dict[str, Any]:
-        phases: dict[str, float] = {}
-        saved = {(commit_module.CommitPlan, "merge_index"): commit_module.CommitPlan.merge_index,
-                 (journal_module, "rename_all"): journal_module.rename_all}  # fmt: skip
-
-        def timed(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
-            def wrapper(*args: Any, **kwargs: Any) -> Any:
-                started = time.perf_counter()
-                try:
-                    return original(*args, **kwargs)
-                finally:
-                    phases[f"{name}_s"] = round(time.perf_counter() - started, 3)
-
-            return wrapper
-
         request = request_of()
-        try:
-            for (owner, name), original in saved.items():
-                setattr(owner, name, timed(name, original))
-            manifest = commit_module.commit_job(request)
-        finally:
-            for (owner, name), original in saved.items():
-                setattr(owner, name, original)
+        with commit_phases_timed() as phases:
+            manifest = commit_job(request)
         return {**phases, "samples": manifest.samples, "shards": len(manifest.shards),
                 "index_bytes": manifest.sample_index_bytes, "manifest_bytes": len(manifest.to_json())}  # fmt: skip
 
