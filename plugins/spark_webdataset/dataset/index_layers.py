@@ -111,14 +111,20 @@ def index_parts(version: Version, manifest: Manifest, stored_in: str | None = No
 
 
 def live_rows(
-    part: IndexPart, listed: pa.Array, blocks: Iterable[pa.RecordBatch | pa.Table]
+    part: IndexPart, listed: frozenset[str], blocks: Iterable[pa.RecordBatch | pa.Table]
 ) -> Iterator[pa.RecordBatch]:
     """The live rows of `blocks` (read from `part`): their shards as the reader names them, only
-    those of a shard in `listed` (the reading version's shard locations)."""
+    those of a shard in `listed` (the reading version's shard locations). A block's distinct shards
+    are looked up in the set, and only a block naming a shard not listed is filtered: Arrow's is_in
+    would hash every listed location again for each block (at 100k shards, ~16 ms a block of 8,192
+    rows against ~3)."""
     for block in blocks:
         batch = part.seen(block)
         if len(batch):
-            batch = batch.filter(pc.is_in(batch.column(1), value_set=listed))
+            shards = batch.column(1)
+            unlisted = [shard for shard in pc.unique(shards).to_pylist() if shard not in listed]
+            if unlisted:
+                batch = batch.filter(pc.invert(pc.is_in(shards, value_set=pa.array(unlisted, pa.string()))))
         if len(batch):
             yield batch
 
@@ -139,12 +145,12 @@ def file_rows(part: IndexPart) -> int:
         return pq.ParquetFile(part()).metadata.num_rows
 
 
-def locations(manifest: Manifest) -> pa.Array:
+def locations(manifest: Manifest) -> frozenset[str]:
     """The shard locations a manifest lists, as the live rule compares them."""
-    return pa.array([shard.location for shard in manifest.shards], pa.string())
+    return frozenset(shard.location for shard in manifest.shards)
 
 
-def merged_live_rows(parts: list[IndexPart], listed: pa.Array) -> Iterator[pa.RecordBatch]:
+def merged_live_rows(parts: list[IndexPart], listed: frozenset[str]) -> Iterator[pa.RecordBatch]:
     """Every live row of `parts`, in key order (memory: one block per part)."""
     for batch, _ in merge_blocks(live_rows(part, listed, part_rows(part)) for part in parts):
         yield batch
@@ -170,8 +176,7 @@ class LayeredIndex:
 
     def __init__(self, parts: list[IndexPart], listed: list[str], cache_blocks: int, name: str) -> None:
         self._parts, self._listed_names, self._cache_blocks, self.name = parts, listed, cache_blocks, name
-        self._listed = pa.array(listed, pa.string())
-        self._listed_set = frozenset(listed)
+        self._listed = frozenset(listed)
         self._files = [IndexFile(part, cache_blocks, name=part.uri) for part in parts]
         self._lock = threading.Lock()
         self._starts: list[int] | None = None  # positions of the fences (`at`)
@@ -190,7 +195,7 @@ class LayeredIndex:
                 if part.stored_in is None or entry.shard.startswith("../")
                 else f"../{part.stored_in}/{entry.shard}"
             )
-            if shard in self._listed_set:
+            if shard in self._listed:
                 return dataclasses.replace(entry, shard=shard)
         return None
 

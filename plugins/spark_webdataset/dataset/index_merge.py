@@ -50,7 +50,7 @@ def task_index_rows(version: Version, path: str, names: list[str]) -> Iterator[p
             yield named_rows(batch, shard_names).cast(MERGE_SCHEMA)
 
 
-def base_part_rows(part: IndexPart, listed: pa.Array) -> Iterator[pa.RecordBatch]:
+def base_part_rows(part: IndexPart, listed: frozenset[str]) -> Iterator[pa.RecordBatch]:
     """The live rows of one file of the base's index as the new version names and lists them
     (`listed`: its shard locations), sorted by key (format.sample_index.MERGE_SCHEMA)."""
     from ..format.sample_index import MERGE_SCHEMA
@@ -59,7 +59,7 @@ def base_part_rows(part: IndexPart, listed: pa.Array) -> Iterator[pa.RecordBatch
         yield batch.cast(MERGE_SCHEMA)
 
 
-def layer_rows_near(part: IndexPart, listed: pa.Array, keys: pa.Array) -> Iterator[pa.RecordBatch]:
+def layer_rows_near(part: IndexPart, listed: frozenset[str], keys: pa.Array) -> Iterator[pa.RecordBatch]:
     """The live rows of the blocks of one file that may hold any of the sorted `keys` (MERGE_SCHEMA):
     what a layer the new version keeps must be merged with to prove the new keys absent from it,
     at the cost of the blocks the new keys fall in, not of the layer."""

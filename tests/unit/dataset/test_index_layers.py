@@ -73,7 +73,7 @@ def test_a_lookup_takes_the_first_live_row_and_skips_dead_ones(tmp_path) -> None
     ]
     again = pickle.loads(pickle.dumps(index))
     assert again.get("d").shard == "../v2/shard-000002.tar" and len(again) == 5
-    merged = pa.Table.from_batches(list(merged_live_rows(parts, pa.array(listed))))
+    merged = pa.Table.from_batches(list(merged_live_rows(parts, frozenset(listed))))
     assert merged.column("key").to_pylist() == ["a", "b", "d", "e", "f"]
 
 
