@@ -175,7 +175,7 @@ class LayeredIndex:
     every entry it returns names its shard as the version does. Pickles to its files and locations."""
 
     def __init__(self, parts: list[IndexPart], listed: list[str], cache_blocks: int, name: str) -> None:
-        self._parts, self._listed_names, self._cache_blocks, self.name = parts, listed, cache_blocks, name
+        self._parts, self._cache_blocks, self.name = parts, cache_blocks, name
         self._listed = frozenset(listed)
         self._files = [IndexFile(part, cache_blocks, name=part.uri) for part in parts]
         self._lock = threading.Lock()
@@ -273,7 +273,7 @@ class LayeredIndex:
     def __getstate__(self) -> dict:
         return {
             "parts": self._parts,
-            "listed": self._listed_names,
+            "listed": sorted(self._listed),
             "cache_blocks": self._cache_blocks,
             "name": self.name,
         }
@@ -285,14 +285,8 @@ class LayeredIndex:
 def _as_batch(block: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
     """A block as one record batch of INDEX_SCHEMA (a string key, as every file writes it)."""
     if isinstance(block, pa.Table):
-        batches = block.combine_chunks().to_batches()
-        block = (
-            batches[0]
-            if len(batches) == 1
-            else pa.RecordBatch.from_pylist([], schema=block.schema)
-            if not batches
-            else pa.concat_batches(batches)
-        )
+        batches = block.to_batches()
+        block = pa.concat_batches(batches) if batches else pa.RecordBatch.from_pylist([], schema=block.schema)
     names = INDEX_SCHEMA.names
     if block.schema.names != names:
         block = block.select(names)
