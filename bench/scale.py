@@ -361,8 +361,9 @@ def write_report(version_uri: str) -> None:
     """The validation report validation would write for a sound version (untimed): every own shard
     ok with the manifest's crc32c and the listing's identity (the base's index rows are synthetic, so
     validation proper would refuse it)."""
+    from spark_webdataset.dataset.index_proof import identity_json, index_files
     from spark_webdataset.dataset.layout import Version
-    from spark_webdataset.dataset.validate import ValidationReport, _as_json
+    from spark_webdataset.dataset.validate import ValidationReport
 
     version = Version.at(version_uri)
     data, _ = version.read_manifest_bytes()
@@ -373,11 +374,12 @@ def write_report(version_uri: str) -> None:
     import hashlib
 
     report = ValidationReport(version.uri, hashlib.sha256(data).hexdigest())
+    report.index_files = index_files(version, manifest)
     for shard in manifest.shards:
         report.shards.append({
             "name": shard.location, "ok": True, "samples": shard.samples, "bytes": shard.bytes,
             "crc32c": shard.crc32c, "sha256": None, "errors": 0,
-            "identity": _as_json(identities.get(shard.name)) if shard.version is None else None,
+            "identity": identity_json(identities.get(shard.name)) if shard.version is None else None,
         })  # fmt: skip
     version.storage.write_atomic(version.validation_uri, report.to_json())
 

@@ -257,3 +257,141 @@ def test_a_changed_layer_file_fails_the_childs_validation_and_a_bad_layer_path_i
     Path(root, "versions", child, "_manifest.json").write_text(json.dumps(document))
     with pytest.raises(CorruptManifest, match="sample index layer"):
         spark_webdataset.open(f"{root}/versions/{child}")
+
+
+def test_each_child_of_the_chain_is_proven_from_its_change_reading_only_its_own_and_folded_files(
+    chain, monkeypatch
+) -> None:
+    from spark_webdataset.dataset import index_layers
+
+    root, _, manifests = chain
+    for version, manifest in manifests.items():
+        report = json.loads(Path(root, "versions", version, "_validation.json").read_text())
+        recorded = [(entry["version"], entry["path"]) for entry in report["sample_index_files"]]
+        assert recorded == [(version, manifest.sample_index)] + [
+            (x.version, x.path) for x in manifest.sample_index_layers
+        ]
+        if manifest.parent is not None:
+            assert report["sample_index_check"] == f"from the change over version {manifest.parent}", version
+    streamed: list[str] = []
+    real_part_rows = index_layers.part_rows
+
+    def spied_part_rows(part, name=None):  # a spy: records which files are read whole, then reads them
+        streamed.append(part.uri)
+        return real_part_rows(part, name)
+
+    monkeypatch.setattr(index_layers, "part_rows", spied_part_rows)
+    import spark_webdataset.dataset.index_proof as index_proof
+
+    monkeypatch.setattr(index_proof, "part_rows", spied_part_rows)
+    kept_deep = [v for v, m in manifests.items() if len(m.sample_index_layers) >= 3]
+    for version in kept_deep[-3:]:
+        streamed.clear()
+        report = validate_version(f"{root}/versions/{version}", workers=1, progress=False, write_report=False)
+        assert report.ok and report.index_check.startswith("from the change"), report.errors
+        kept = {str(Path(root, "versions", x.version, x.path)) for x in manifests[version].sample_index_layers}
+        assert streamed and not kept & set(streamed), (version, streamed)  # a kept layer is never read whole
+        full = validate_version(f"{root}/versions/{version}", workers=1, progress=False, write_report=False, full=True)
+        assert full.ok and full.index_check == "from every live row (--full)"
+
+
+def _small_chain(spark, root: str) -> dict[str, str]:
+    """v0 (40 keys, 2 shards) and v1 (4 appended keys), both validated and published."""
+    rows = {f"k{i:03d}": f"v0 {i}" for i in range(40)}
+    _write(spark, root, "v0", rows, None, None)
+    _publish(root, "v0")
+    appended = {f"k{i:03d}": f"v1 {i}" for i in range(100, 104)}
+    _write(spark, root, "v1", appended, "v0", "append")
+    _publish(root, "v1")
+    return {**rows, **appended}
+
+
+def _commit_in_process(root: str, version: str, rows: dict[str, str], parent: str) -> None:
+    """An append of `rows` on `parent` by the writer's own task and commit, in this process (Spark runs
+    the commit in a Python worker, where a test's fault would not reach)."""
+    import pyarrow as pa
+
+    from spark_webdataset.spark.options import WriteOptions
+    from spark_webdataset.spark.writer import WebDatasetWriter
+    from tests.support.fenced_committer import SCHEMA
+
+    options = {"path": f"{root}/versions/{version}", "parent": parent, "change": "append"}
+    writer = WebDatasetWriter(WriteOptions.parse(options), SCHEMA, overwrite=True)
+    keys = sorted(rows)
+    batch = pa.record_batch([pa.array(keys), pa.array([rows[k] for k in keys])], names=["__key__", "txt"])
+    writer.commit([writer.write(iter([batch]))])
+
+
+def test_a_key_a_faulty_commit_let_through_into_a_kept_layer_fails_the_childs_validation(
+    spark, tmp_path, monkeypatch
+) -> None:
+    """The commit's own check is switched off (a fake fault: a commit bug the real code cannot be
+    made to have) so a key already live in a kept layer is written again; the change proof must find it."""
+    from spark_webdataset.dataset import commit
+
+    root = str(tmp_path / "data")
+    _small_chain(spark, root)
+    monkeypatch.setattr(commit, "layer_rows_near", lambda part, listed, keys: iter(()))
+    _commit_in_process(root, "v2", {"k007": "again", "k200": "new"}, "v1")
+    monkeypatch.undo()
+    manifest = Dataset(root).version("v2").read_manifest()
+    assert [layer.version for layer in manifest.sample_index_layers] == ["v1", "v0"]  # both kept, none folded
+    report = validate_version(f"{root}/versions/v2", workers=1, progress=False, write_report=False)
+    assert report.index_check == "from the change over version v1"
+    assert not report.ok and any("'k007'" in e["error"] and "version v0" in e["error"] for e in report.errors), (
+        report.errors
+    )
+    full = validate_version(f"{root}/versions/v2", workers=1, progress=False, write_report=False, full=True)
+    assert not full.ok and any(e["key"] == "k007" for e in full.errors), full.errors
+
+
+def test_a_folded_row_a_faulty_commit_dropped_fails_the_childs_validation(spark, tmp_path, monkeypatch) -> None:
+    """The commit drops one live row of a parent file it folds (a fake fault, as above): the child's
+    own file no longer holds exactly the folded rows, and both proofs say so."""
+    from spark_webdataset.dataset import commit
+
+    root = str(tmp_path / "data")
+    _small_chain(spark, root)
+    real = commit.base_part_rows
+    dropped: list[str] = []
+
+    def dropping(part, listed):
+        for batch in real(part, listed):
+            if part.stored_in == "v1" and not dropped and len(batch):
+                dropped.append(batch.column(0)[0].as_py())
+                batch = batch.slice(1)
+            yield batch
+
+    monkeypatch.setattr(commit, "base_part_rows", dropping)
+    _commit_in_process(root, "v2", {f"k{i:03d}": "new" for i in range(200, 230)}, "v1")
+    monkeypatch.undo()
+    manifest = Dataset(root).version("v2").read_manifest()
+    assert dropped and "v1" not in [layer.version for layer in manifest.sample_index_layers]  # v1's file folded
+    report = validate_version(f"{root}/versions/v2", workers=1, progress=False, write_report=False)
+    assert report.index_check == "from the change over version v1"
+    assert not report.ok and any(dropped[0] in e["error"] and "folded" in e["error"] for e in report.errors), (
+        report.errors
+    )
+    full = validate_version(f"{root}/versions/v2", workers=1, progress=False, write_report=False, full=True)
+    assert not full.ok and any("samples of ../v1/" in e["error"] for e in full.errors), full.errors
+
+
+def test_a_copied_root_or_an_older_parent_report_is_proven_from_every_live_row(spark, tmp_path) -> None:
+    import shutil
+
+    root = str(tmp_path / "data")
+    wanted = _small_chain(spark, root)
+    assert validate_version(f"{root}/versions/v1", workers=1, write_report=False).index_check == (
+        "from the change over version v0"
+    )
+    copy = str(tmp_path / "copy")
+    shutil.copytree(root, copy)  # new inodes: the identities the reports recorded no longer hold
+    report = validate_version(f"{copy}/versions/v1", workers=1, write_report=False)
+    assert report.ok and report.index_check.startswith("from every live row (index file"), report.index_check
+    parent_report = Path(root, "versions", "v0", "_validation.json")
+    document = json.loads(parent_report.read_text())
+    del document["sample_index_files"]  # as a report written before reports recorded index files
+    parent_report.write_text(json.dumps(document))
+    report = validate_version(f"{root}/versions/v1", workers=1, write_report=False)
+    assert report.ok and report.index_check.startswith("from every live row"), report.index_check
+    _open_reads_exactly(root, "v1", wanted)

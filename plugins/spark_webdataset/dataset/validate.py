@@ -18,7 +18,6 @@ every sample in it once, where the tars have it.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import hashlib
 import json
@@ -36,7 +35,7 @@ import pyarrow.compute as pc
 from tqdm import tqdm
 
 from .. import fault_points
-from ..errors import BadOption, ChecksumMismatch, CorruptManifest, InputError, VersionSealed, WebDatasetError
+from ..errors import BadOption, ChecksumMismatch, InputError, VersionSealed, WebDatasetError
 from ..format.checksums import crc32c_extend, crc32c_text
 from ..format.keys import count_duplicates, merge_blocks
 from ..format.manifest import Manifest, ShardEntry
@@ -44,7 +43,16 @@ from ..format.sample_index import index_block_rows
 from ..format.verify import ShardReport, check_shard
 from ..storage import Storage, storage_for
 from ..storage.base import StoredObject
-from .index_layers import IndexPart, index_parts, locations, merged_live_rows
+from .index_layers import index_parts, locations, merged_live_rows
+from .index_proof import (
+    IndexFiles,
+    IndexRows,
+    check_index,
+    check_index_counts,
+    identity_json,
+    index_files,
+    report_entries,
+)
 from .layout import Version
 from .lock import CommitLock
 from .tree import MANIFEST_NAME, METADATA_FILES
@@ -52,8 +60,6 @@ from .tree import MANIFEST_NAME, METADATA_FILES
 VALIDATION_KIND = "spark-webdataset-validation-v1"
 MAX_REPORTED_ERRORS = 100
 Duplicates = tuple[int, list[tuple[str, list[str]]]]  # keys seen twice, and the first of them with their shards
-# The sample index's rows, a block at a time (None: the version has no index to check).
-IndexRows = Callable[[], Iterator[pa.RecordBatch]] | None
 # (version uri, [(shard, size, expected manifest entry)], required fields, index) ->
 # (per-shard results, duplicates, what the index gets wrong)
 ShardCheck = Callable[[str, list, Sequence[str], IndexRows], tuple[list[dict], Duplicates, list[str]]]
@@ -73,6 +79,8 @@ class ValidationReport:
     seconds: float = 0.0
     written_to: str | None = None  # where the report went (None: nowhere)
     sealed: bool = False  # the version is sealed or published: nothing was written under it
+    index_files: IndexFiles = field(default_factory=dict)  # the index files it read, as listed before
+    index_check: str | None = None  # how a child's index across its layers was proven (index_proof.py)
 
     @property
     def errors_truncated(self) -> bool:
@@ -111,6 +119,8 @@ class ValidationReport:
             "errors_truncated": self.errors_truncated,  # `errors` lists only the first MAX_REPORTED_ERRORS
             "errors": self.errors,
             "shards": self.shards,
+            **({"sample_index_files": report_entries(self.index_files)} if self.index_files else {}),
+            **({"sample_index_check": self.index_check} if self.index_check else {}),
             "run": {
                 "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "seconds": round(self.seconds, 3),
@@ -133,6 +143,8 @@ class ValidationReport:
             lines.append(f"  - {where}: {error['error']}")
         if self.error_count > min(len(self.errors), 10):
             lines.append(f"  ({self.error_count - min(len(self.errors), 10)} more error(s) not shown)")
+        if self.index_check is not None:
+            lines.append(f"sample index proven {self.index_check}")
         if self.written_to is not None:
             lines.append(f"report written to {self.written_to}")
         elif self.sealed:
@@ -180,66 +192,6 @@ def check_shard_task(task: tuple[str, str, dict | None, list[str], str | None, i
 def _read_run(path: str) -> Iterator[pa.RecordBatch]:
     with pa.memory_map(path) as source:
         yield from pa.ipc.open_stream(source)
-
-
-def compare_index(index: Iterable[pa.RecordBatch], scanned: Iterable[pa.RecordBatch]) -> list[str]:
-    """What the sample index gets wrong against the samples the tars hold; both sorted by key,
-    with columns key, shard, offset, length. The first disagreement is reported (after one
-    sample too many or too few, every later row differs too)."""
-    left, right = _Cursor(index), _Cursor(scanned)
-    position = 0
-    while True:
-        a, b = left.head(), right.head()
-        if a is None and b is None:
-            return []
-        if a is None or b is None:
-            extra = _describe((a if b is None else b).slice(0, 1))
-            if b is None:
-                return [f"the sample index lists {extra} after its {position} matching samples, but no shard holds it"]
-            return [f"the sample index has {position} samples, but the shards hold more: {extra} is not in it"]
-        count = min(len(a), len(b))
-        a, b = a.slice(0, count), b.slice(0, count)
-        same = pc.and_(
-            pc.and_(pc.equal(a.column(0).cast(pa.large_string()), b.column(0).cast(pa.large_string())),
-                    pc.equal(a.column(1).cast(pa.string()), b.column(1).cast(pa.string()))),
-            pc.and_(pc.equal(a.column(2), b.column(2)), pc.equal(a.column(3), b.column(3))),
-        )  # fmt: skip
-        if not pc.all(same).as_py():
-            row = pc.index(same, False).as_py()
-            return [
-                f"sample index row {position + row}: it has {_describe(a.slice(row, 1))}, "
-                f"the shards have {_describe(b.slice(row, 1))}"
-            ]
-        left.take(count)
-        right.take(count)
-        position += count
-
-
-class _Cursor:
-    """Rows of a stream of batches (key, shard, offset, length first), taken in any counts."""
-
-    def __init__(self, batches: Iterable[pa.RecordBatch]) -> None:
-        self._batches = iter(batches)
-        self._head: pa.RecordBatch | None = None
-
-    def head(self) -> pa.RecordBatch | None:
-        while self._head is None or not len(self._head):
-            batch = next(self._batches, None)
-            if batch is None:
-                return None
-            self._head = pa.record_batch(
-                [batch.column(at) for at in range(4)], names=["key", "shard", "offset", "length"]
-            )
-        return self._head
-
-    def take(self, count: int) -> None:
-        assert self._head is not None
-        self._head = self._head.slice(count)
-
-
-def _describe(row: pa.RecordBatch) -> str:
-    key, shard, offset, length = (row.column(at)[0].as_py() for at in range(4))
-    return f"sample {key!r} in {shard} at offset {offset} ({length} bytes)"
 
 
 def _scanned_rows(blocks: Iterable[tuple[pa.RecordBatch, np.ndarray]], names: list[str]) -> Iterator[pa.RecordBatch]:
@@ -332,6 +284,7 @@ def validate_version(
     # Taken before any byte is read: a shard rewritten while (or after) it is checked gets another
     # identity than the one recorded, so whoever trusts this report reads it again.
     identities = storage.identities(uri)
+    report.index_files = index_files(version, manifest)
     present = {n: s for n, s in storage.list_sizes(uri).items() if n not in METADATA_FILES and not n.startswith(".")}
     for name in sorted(present):
         if not name.endswith(".tar"):
@@ -352,7 +305,7 @@ def validate_version(
         for error in shard_errors:
             report.add_error(error["error"], error["shard"], error["offset"], error["key"])
         report.error_count += max(0, result["errors"] - len(shard_errors))  # found, but past the shard's list
-        result["identity"] = _as_json(identities.get(result["name"]))  # a child trusts these bytes by it
+        result["identity"] = identity_json(identities.get(result["name"]))  # a child trusts these bytes by it
         report.shards.append(result)
     duplicate_count, listed = duplicates
     for key, shards in listed:
@@ -365,7 +318,8 @@ def validate_version(
     if not full:
         report.shards.extend(_check_references(version, manifest, report))
     if (manifest.parent is not None or manifest.sample_index_layers) and manifest.sample_index:
-        for error in _check_index_counts(version, manifest):
+        problems, report.index_check = check_index_counts(version, manifest, report.index_files, full)
+        for error in problems:
             report.add_error(error)
     report.seconds = time.monotonic() - started
     if report_path is not None:
@@ -483,7 +437,7 @@ def _check_references(version: Version, manifest: Manifest, report: ValidationRe
             trusted = (
                 listed is not None
                 and found.get("identity") is not None
-                and _as_json(listed.identity) == found["identity"]
+                and identity_json(listed.identity) == found["identity"]
             )
             checks.append((stored_in, shard, listed, found, problems, not trusted and listed is not None))
     readers = max(1, min(REFERENCE_READ_THREADS, sum(1 for check in checks if check[-1])))
@@ -499,7 +453,7 @@ def _check_references(version: Version, manifest: Manifest, report: ValidationRe
         results.append({
             "name": shard.location, "ok": not problems, "samples": shard.samples, "bytes": shard.bytes,
             "crc32c": shard.crc32c, "sha256": found.get("sha256"), "errors": len(problems), "referenced": True,
-            "identity": None if listed is None else _as_json(listed.identity),  # what this validation verified
+            "identity": None if listed is None else identity_json(listed.identity),  # what this validation verified
             "verified_by": "read" if read else "identity" if listed is not None else None,  # None: not found
         })  # fmt: skip
     return results
@@ -532,65 +486,6 @@ def _stored_crc32c(storage: Storage, path: str) -> tuple[str, int]:
     return crc32c_text(crc), size
 
 
-def _check_index_counts(version: Version, manifest: Manifest) -> list[str]:
-    """Across all the shards of a child version (its own and referenced): every key once in the index
-    (its live rows, over every layer), and as many index rows for each shard as its manifest entry's
-    samples; each layer file of an ancestor the size the manifest says."""
-    import collections
-
-    counts: collections.Counter[str] = collections.Counter()
-    previous: str | None = None
-    assert manifest.sample_index is not None
-    try:
-        parts = index_parts(version, manifest)
-    except CorruptManifest as error:
-        return [str(error)]
-    problems = _check_layer_sizes(parts[1:])
-    if problems:
-        return problems
-    with contextlib.ExitStack() as stack:
-        if manifest.sample_index_layers:
-            rows: Iterator[pa.RecordBatch] = merged_live_rows(parts, locations(manifest))
-        else:
-            rows = index_block_rows(stack.enter_context(version.storage.open_read(version.path(manifest.sample_index))))
-        for batch in rows:
-            keys = batch.column("key")
-            if len(keys) and previous is not None and keys[0].as_py() <= previous:
-                return [f"the sample index repeats or misorders key {keys[0].as_py()!r}"]
-            if len(keys) > 1 and not pc.all(pc.greater(keys[1:], keys[:-1])).as_py():
-                return ["the sample index repeats or misorders a key within a block"]
-            previous = keys[len(keys) - 1].as_py() if len(keys) else previous
-            values, found = (part.to_pylist() for part in pc.value_counts(batch.column("shard")).flatten())
-            counts.update(dict(zip(values, found)))
-    for shard in manifest.shards:
-        if counts.get(shard.location, 0) != shard.samples:
-            problems.append(
-                f"the sample index has {counts.get(shard.location, 0)} samples of {shard.location}, the manifest {shard.samples}"
-            )
-    return problems
-
-
-def _check_layer_sizes(layers: list[IndexPart]) -> list[str]:
-    """Each ancestor's index file the version reads through is on storage with the bytes its manifest
-    says (as a referenced shard's size is checked; its rows are read and counted after)."""
-    problems = []
-    for part in layers:
-        storage = storage_for(part.uri)
-        directory, name = part.uri.rsplit("/", 1)
-        size = storage.list_sizes(directory).get(name)
-        if size != part.bytes:
-            problems.append(
-                f"the sample index layer {part.uri} of version {part.stored_in} is {size} bytes on storage, "
-                f"the manifest says {part.bytes}: it changed after it was published"
-            )
-    return problems
-
-
-def _as_json(value: object) -> object:
-    """A storage identity as the report stores it (a tuple becomes a list)."""
-    return json.loads(json.dumps(value))
-
-
 def _own_rows(rows: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Index rows of the shards this version stores (the ones its tars are compared with)."""
     for batch in rows:
@@ -613,20 +508,6 @@ def _index_rows(version: Version, manifest: Manifest, full: bool = False) -> Ind
             yield from index_block_rows(stream) if full else _own_rows(index_block_rows(stream))
 
     return rows
-
-
-def check_index(
-    index: IndexRows, scanned: Callable[[], Iterable[pa.RecordBatch]], duplicates: int, results: list[dict]
-) -> list[str]:
-    """The index against the tars' rows (key, shard, offset, length, sorted by key), once the shards are sound."""
-    if index is None:
-        return []
-    if duplicates or any(result["errors"] for result in results):
-        return []  # the shards are wrong already: the index cannot be proven against them
-    try:
-        return compare_index(index(), scanned())
-    except Exception as error:  # noqa: BLE001 - an unreadable index is an error of the report
-        return [f"the sample index could not be read: {type(error).__name__}: {error}"]
 
 
 def _check_with_pool(uri, tasks, required, workers, progress, index: IndexRows = None):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from ..dataset.validate import MAX_REPORTED_ERRORS, Duplicates, IndexRows, ShardCheck, check_index, check_shard_task
+from ..dataset.index_proof import IndexRows, check_index
+from ..dataset.validate import MAX_REPORTED_ERRORS, Duplicates, ShardCheck, check_shard_task
 
 SORTED_ROWS_BATCH = 1 << 16  # rows of the sorted (key, shard, offset, length) stream the driver compares at once
 
