@@ -20,9 +20,11 @@ Per dataset size (--shards N shards, --keys K keys in all), on one root, each st
                    identities, as validation writes one (untimed), so that publish and a child's
                    validation have what they read.
   child commit     a version on the base with one task of 1,000 real new samples (change append):
-                   the daily job's commit, of a change that is constant while the dataset grows.
+                   the daily job's commit, of a change that is constant while the dataset grows;
+                   its keys after every base key, or with --child-keys spread among them.
   validate child   validate_version of that child (its shard opened; the N referenced shards proven
-                   by identity against the base's report; the whole sample index read for counts).
+                   by identity against the base's report; its sample index proven from the change
+                   over the base's validated index: dataset/index_proof.py).
   publish child    publish of the child.
   open + get       spark_webdataset.open(ROOT) (LATEST, record, manifest, index footer) and one get(key)
                    of the child's own sample, then one of a referenced sample (warm reader).
@@ -341,14 +343,23 @@ def make_writer(uri: str, options: dict[str, str]) -> Any:
     return WebDatasetWriter(WriteOptions.parse({"path": uri, **options}), schema, overwrite=True)
 
 
-def stage_child(uri: str, parent: str) -> tuple[Any, list[Any], list[str]]:
-    """One attempt of CHILD_SAMPLES real new samples (keys n<i>) on `parent`, change append."""
+def child_keys(spread_over: int | None) -> list[str]:
+    """The child's new keys, sorted: n<i> after every base key (new ids: the blocks they fall in are the
+    last), or with `spread_over` base shards b<shard>-x<i> among the base's keys, one every
+    spread_over / CHILD_SAMPLES shards (as hashed keys fall: nearly every block of the index)."""
+    if spread_over is None:
+        return [f"n{i:09d}" for i in range(CHILD_SAMPLES)]
+    return [f"b{i * spread_over // CHILD_SAMPLES:07d}-x{i:06d}" for i in range(CHILD_SAMPLES)]
+
+
+def stage_child(uri: str, parent: str, spread_over: int | None = None) -> tuple[Any, list[Any], list[str]]:
+    """One attempt of CHILD_SAMPLES real new samples (child_keys) on `parent`, change append."""
     from spark_webdataset.dataset.tree import STAGED_INDEX_NAME, staged_shard_name
     from spark_webdataset.spark.writer import WebDatasetCommitMessage
 
     writer = make_writer(uri, {"parent": parent, "change": "append"})
     storage = writer.version.storage
-    keys = [f"n{i:09d}" for i in range(CHILD_SAMPLES)]
+    keys = child_keys(spread_over)
     data, info, rows = real_shard(keys)
     staging = storage.join(writer.staging_root, "p00000-a0-t0")
     storage.write_atomic(storage.join(staging, staged_shard_name(0)), data)
@@ -437,8 +448,8 @@ def size_cases(root: str, shards: int, keys: int, args: argparse.Namespace, labe
     case("publish base", lambda: publish(root, "v0000").as_dict(), shards)
 
     def prepare_child() -> None:
-        writer, messages, child_keys = stage_child(child, "v0000")
-        staged["child"], staged["child_keys"] = (writer, messages), child_keys
+        writer, messages, keys = stage_child(child, "v0000", shards if args.child_keys == "spread" else None)
+        staged["child"], staged["child_keys"] = (writer, messages), keys
 
     def child_request() -> Any:
         writer, messages = staged.pop("child")
@@ -659,6 +670,8 @@ def flags(parser: argparse.ArgumentParser) -> None:
     add("--s3-keys", type=int, default=100_000, help="keys of the base version on the S3 server")
     add("--stage-threads", type=int, default=4)
     add("--shards-per-task", type=int, default=1, help="shards a staged task attempt holds (tasks = shards / this)")
+    add("--child-keys", choices=("after", "spread"), default="after",
+        help="the child's new keys: after every base key (new ids), or spread among them (hashed keys)")  # fmt: skip
     add("--only", choices=("sizes", "chains", "merge", "index", "gcs", "s3"), help="run one part")
 
 
