@@ -1,9 +1,10 @@
 """Changes against a parent: the samples a write replaces or removes, and the shards rewritten without them.
 
 An upsert's or a delete's keys are looked up in the base index's live
-rows (the parent's, its shards as references; every layer) in one pass: the rows they hit go,
-and the shards those rows lie in are the touched ones. A second pass
-collects what the touched shards keep. Each touched shard is rewritten as
+rows (the parent's, its shards as references; in every layer, the blocks the keys fall in): the
+rows they hit go, and the shards those rows lie in are the touched ones. A second read
+collects what the touched shards keep (the blocks of their key ranges when they were written
+key-sorted, checked against their sample counts). Each touched shard is rewritten as
 the concatenation of the samples it keeps (a sample's bytes are
 contiguous, headers and padding included, and their crc32c travels with
 them) and the end-of-archive: copy-on-write at the cost of what it keeps,
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import ChecksumMismatch
+from ..errors import ChecksumMismatch, CorruptIndex
 from ..format.checksums import Digests, crc32c_extend
 from ..format.manifest import Manifest, ShardEntry
 from ..format.ustar import END_OF_ARCHIVE
@@ -30,6 +31,7 @@ from .build_rules import APPEND, CHANGES, DELETE, UPSERT  # noqa: F401 - the cha
 from .tree import shard_name, staged_shard_name
 
 if TYPE_CHECKING:
+    from .index_merge import BaseIndex
     from .layout import Version
 
 log = logging.getLogger(__name__)
@@ -120,17 +122,18 @@ def plan_change(
     keys: pa.Array,
     requested: int,
     base: Manifest,
-    base_rows: Callable[[], Iterator[pa.RecordBatch]] | None,
+    base_index: BaseIndex | None,
     version: Version,
     first_number: int,
     staging_root: str,
 ) -> ChangePlan:
-    """Which base samples `keys` remove and which shards are rewritten, in two passes over the base
-    index (none over a shard); rewrites take the names from `first_number` on."""
+    """Which base samples `keys` remove and which shards are rewritten, from the base index's blocks
+    the keys fall in and then the blocks of the touched shards' key ranges (none of a shard's bytes);
+    rewrites take the names from `first_number` on."""
     plan = ChangePlan(kind, requested, pa.array([], _KEY), requested_unique=len(keys))
-    if base_rows is None or not len(keys):
+    if base_index is None or not len(keys):
         return plan
-    hits = [batch.filter(pc.is_in(batch.column(0), value_set=keys)) for batch in base_rows()]
+    hits = [batch.filter(pc.is_in(batch.column(0), value_set=keys)) for batch in base_index.rows_holding(keys)]
     hits = [batch for batch in hits if len(batch)]
     if not hits:
         return plan
@@ -138,17 +141,8 @@ def plan_change(
     removed_keys = removed.column("key").combine_chunks()
     plan.removed_keys = removed_keys.take(pc.sort_indices(removed_keys))  # the base's layers come one after another
     touched = pc.unique(removed.column("shard").combine_chunks())
-    kept_batches = []
-    for batch in base_rows():
-        mask = pc.and_(
-            pc.is_in(batch.column(1), value_set=touched),
-            pc.invert(pc.is_in(batch.column(0), value_set=plan.removed_keys)),
-        )
-        kept_batches.append(batch.filter(mask))
-    kept = pa.Table.from_batches(kept_batches, schema=hits[0].schema).sort_by(
-        [("shard", "ascending"), ("offset", "ascending")]
-    )
     entries = {shard.location: shard for shard in base.shards}
+    kept = _kept_rows(base_index, touched, plan.removed_keys, removed, entries, hits[0].schema)
     storage = version.storage
     number = first_number
     for location in sorted(touched.to_pylist()):
@@ -181,6 +175,50 @@ def plan_change(
             for rewrite in plan.rewrites
         )
     return plan
+
+
+def _kept_rows(
+    base_index: BaseIndex,
+    touched: pa.Array,
+    removed_keys: pa.Array,
+    removed: pa.Table,
+    entries: dict[str, ShardEntry],
+    schema: pa.Schema,
+) -> pa.Table:
+    """The rows the touched shards keep, by shard and offset: read from the blocks of the shards' key
+    ranges when every touched shard was written key-sorted (`keys_ascending`), else from every block.
+    Each touched shard's rows, kept and removed, must add up to its samples: a range that missed a row
+    (a manifest whose ranges lie) is read again whole, and an index that still falls short is refused
+    rather than a sample dropped."""
+    sources = [entries[location] for location in touched.to_pylist()]
+    ranges = [(s.first_key, s.last_key) for s in sources] if all(s.keys_ascending for s in sources) else None
+    removed_by_shard = _counts(removed.column("shard"))
+    while True:
+        batches = [
+            batch.filter(pc.and_(pc.is_in(batch.column(1), value_set=touched),
+                                 pc.invert(pc.is_in(batch.column(0), value_set=removed_keys))))
+            for batch in base_index.rows_between(ranges)
+        ]  # fmt: skip
+        kept = pa.Table.from_batches(batches, schema=schema).sort_by([("shard", "ascending"), ("offset", "ascending")])
+        kept_by_shard = _counts(kept.column("shard"))
+        short = [
+            s for s in sources if kept_by_shard.get(s.location, 0) + removed_by_shard.get(s.location, 0) != s.samples
+        ]
+        if not short:
+            return kept
+        if ranges is None:
+            shard = short[0]
+            found = kept_by_shard.get(shard.location, 0) + removed_by_shard.get(shard.location, 0)
+            raise CorruptIndex(
+                f"the base's sample index has {found} live rows of shard {shard.location}, its manifest "
+                f"{shard.samples} samples: the shard cannot be rewritten without losing a sample"
+            )
+        ranges = None
+
+
+def _counts(shards: pa.ChunkedArray | pa.Array) -> dict[str, int]:
+    values, counts = (part.to_pylist() for part in pc.value_counts(shards).flatten())
+    return dict(zip(values, counts))
 
 
 def rewrite_shards(

@@ -39,9 +39,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import itertools
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -60,7 +59,7 @@ from ..format.manifest import IndexLayer, Manifest, ShardEntry
 from ..format.shard_writer import ShardInfo
 from .changes import APPEND, DELETE, ChangePlan, plan_change, rewrite_shards, unique_keys
 from .index_layers import IndexPart, file_rows, fold_count, index_parts, locations
-from .index_merge import base_part_rows, layer_rows_near, merge_index, task_index_rows, task_keys
+from .index_merge import BaseIndex, base_part_rows, layer_rows_near, merge_index, task_index_rows, task_keys
 from .journal import Journal, JournalState, apply, digest, has_landed, journal_job, journal_state, roll_forward
 from .layout import Version
 from .lock import DEFAULT_LEASE_SECONDS, CommitLock
@@ -166,9 +165,6 @@ class CommitRequest:
         return version.storage.join(version.staging_uri, self.job_id)
 
 
-IndexRows = Callable[[], Iterator["pa.RecordBatch"]]
-
-
 @dataclass(frozen=True)
 class StagedIndex:
     """The new version's own index file, staged: where, its bytes and rows, and the layers it reads through."""
@@ -201,13 +197,11 @@ class Snapshot:
         return cls(manifest_bytes, existing, base, base_parts)
 
     @property
-    def base_index(self) -> IndexRows | None:
-        """Reads the base's live index rows, file after file (a change reads them more than once;
-        sorted within each file, not across)."""
+    def base_index(self) -> BaseIndex | None:
+        """The base's live index rows, read by what a change touches (index_merge.BaseIndex)."""
         if not self.base_parts or self.base is None:
             return None
-        listed, parts = locations(self.base), [part for part, _ in self.base_parts]
-        return lambda: itertools.chain.from_iterable(base_part_rows(part, listed) for part in parts)
+        return BaseIndex([part for part, _ in self.base_parts], locations(self.base))
 
     @property
     def base_owner(self) -> str:

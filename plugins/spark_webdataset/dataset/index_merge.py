@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -70,6 +71,33 @@ def layer_rows_near(part: IndexPart, listed: frozenset[str], keys: pa.Array) -> 
     blocks = IndexFile(part, cache_blocks=1, name=part.uri).blocks_holding(keys)
     for batch in live_rows(part, listed, blocks):
         yield batch.cast(MERGE_SCHEMA)
+
+
+@dataclass(frozen=True)
+class BaseIndex:
+    """The live index rows of the version a change builds on, read by what may hold given keys: a
+    change plan reads the blocks its keys fall in and the blocks of the shards it rewrites, not every
+    layer (format.sample_index.MERGE_SCHEMA, sorted within each file, not across)."""
+
+    parts: list[IndexPart]
+    listed: frozenset[str]  # the base's shard locations (the live rule)
+
+    def rows_holding(self, keys: pa.Array) -> Iterator[pa.RecordBatch]:
+        """Live rows of every block that may hold one of the sorted `keys`."""
+        for part in self.parts:
+            yield from layer_rows_near(part, self.listed, keys)
+
+    def rows_between(self, ranges: list[tuple[str, str]] | None) -> Iterator[pa.RecordBatch]:
+        """Live rows of every block that may hold a key of one of the (first, last) `ranges` (None: every row)."""
+        from ..format.sample_index import MERGE_SCHEMA, IndexFile
+
+        for part in self.parts:
+            if ranges is None:
+                yield from base_part_rows(part, self.listed)
+                continue
+            blocks = IndexFile(part, cache_blocks=1, name=part.uri).blocks_overlapping(ranges)
+            for batch in live_rows(part, self.listed, blocks):
+                yield batch.cast(MERGE_SCHEMA)
 
 
 def merge_index(

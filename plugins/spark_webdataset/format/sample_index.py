@@ -362,6 +362,22 @@ class IndexFile:
         for number in numbers:
             yield self._block(number).table
 
+    def blocks_overlapping(self, ranges: Iterable[tuple[str, str]]) -> Iterator[pa.Table]:
+        """The blocks that may hold a key between `first` and `last` (inclusive) of any of `ranges`,
+        in order, each once (every block when the footer has no key statistics)."""
+        len(self)  # the footer
+        firsts = self._first_keys
+        if any(first is None for first in firsts):
+            spans = [(0, len(self._starts))]
+        else:  # blocks start..end-1: from the one holding `first` to the last starting at or before `last`
+            spans = sorted((max(0, bisect.bisect_right(firsts, first) - 1), bisect.bisect_right(firsts, last))
+                           for first, last in ranges)  # fmt: skip
+        done = 0
+        for start, end in spans:
+            for number in range(max(start, done), end):
+                yield self._block(number).table
+            done = max(done, end)
+
     def keys(self) -> Iterator[str]:
         """Every key, in order, a block at a time."""
         len(self)  # the footer
