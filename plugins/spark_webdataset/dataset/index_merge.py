@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import DuplicateKey
 from ..format.keys import first_duplicate_in_blocks, merge_blocks
@@ -61,15 +62,18 @@ def base_part_rows(part: IndexPart, listed: frozenset[str]) -> Iterator[pa.Recor
 
 
 def layer_rows_near(part: IndexPart, listed: frozenset[str], keys: pa.Array) -> Iterator[pa.RecordBatch]:
-    """The live rows of the blocks of one file that may hold any of the sorted `keys` (MERGE_SCHEMA):
-    what a layer the new version keeps must be merged with to prove the new keys absent from it,
-    at the cost of the blocks the new keys fall in, not of the layer."""
+    """The live rows of one file whose key is one of the sorted `keys` (MERGE_SCHEMA): what a layer
+    the new version keeps must be merged with to prove the new keys absent from it, at the cost of
+    the blocks the keys fall in, not of the layer. The keys are matched before the live rule, which
+    then looks at the matches alone."""
     from ..format.sample_index import MERGE_SCHEMA, IndexFile
 
     if not len(keys):
         return
+    wanted = keys.cast(pa.string())
     blocks = IndexFile(part, cache_blocks=1, name=part.uri).blocks_holding(keys)
-    for batch in live_rows(part, listed, blocks):
+    matches = (block.filter(pc.is_in(block.column(0), value_set=wanted)) for block in blocks)
+    for batch in live_rows(part, listed, (match for match in matches if match.num_rows)):
         yield batch.cast(MERGE_SCHEMA)
 
 
