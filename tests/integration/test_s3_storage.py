@@ -3,8 +3,6 @@ commit protocol relies on, and which preconditions the server enforces."""
 
 from __future__ import annotations
 
-import tracemalloc
-
 import pytest
 
 from spark_webdataset.errors import MissingCredentials, StorageError, UnsupportedScheme
@@ -13,6 +11,7 @@ from spark_webdataset.storage import s3 as s3_module
 from spark_webdataset.storage import storage_for
 from spark_webdataset.storage.base import PreconditionFailed
 from spark_webdataset.storage.s3 import PART_BYTES, S3Storage, client, split
+from tests.support.python_memory import PythonPeak
 
 
 def test_storage_for_dispatches_s3_and_names_it_for_unknown_schemes() -> None:
@@ -49,19 +48,14 @@ def test_multipart_upload_keeps_memory_bounded(s3_bucket: str) -> None:
     path = storage.join(s3_bucket, "big.bin")
     chunk = bytes(range(256)) * 4096  # 1 MiB
     total = 5 * PART_BYTES + 123
-    tracemalloc.start()
-    try:
-        with storage.open_write(path) as stream:
-            written = 0
-            while written < total:
-                piece = chunk[: min(len(chunk), total - written)]
-                stream.write(piece)
-                written += len(piece)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    with PythonPeak() as measured, storage.open_write(path) as stream:
+        written = 0
+        while written < total:
+            piece = chunk[: min(len(chunk), total - written)]
+            stream.write(piece)
+            written += len(piece)
     assert storage.list_sizes(s3_bucket) == {"big.bin": total}
-    assert peak < 4 * PART_BYTES, f"peak {peak} bytes writing {total}: not one part at a time"
+    assert measured.peak < 4 * PART_BYTES, f"peak {measured.peak} bytes writing {total}: not one part at a time"
 
 
 def test_server_keeps_the_full_object_crc32c_of_single_and_multipart_uploads(s3_bucket: str) -> None:

@@ -15,7 +15,6 @@ import datetime
 import itertools
 import signal
 import time
-import tracemalloc
 
 import pytest
 import yaml
@@ -28,6 +27,7 @@ from spark_webdataset.dataset.build_rules import CHANGES, ORDERS
 from spark_webdataset.errors import DatasetConfigError, WebDatasetError
 from spark_webdataset.format.names import control_error, field_error
 from tests.model.fuzzing import fuzz_settings
+from tests.support.python_memory import PythonPeak
 
 FUZZ = fuzz_settings(200)
 SECONDS_PER_INPUT = 5.0
@@ -170,7 +170,7 @@ def test_dataset_configs_load_or_name_the_file_the_field_and_the_rule(tmp_path) 
         counts["tried"] += 1
         path = tmp_path / f"ds{next(numbers)}.yaml"
         path.write_text(text, encoding="utf-8", errors="surrogatepass")
-        tracemalloc.start()
+        measured = PythonPeak().__enter__()
         start = time.monotonic()
         try:
             with within(SECONDS_PER_INPUT):
@@ -183,10 +183,9 @@ def test_dataset_configs_load_or_name_the_file_the_field_and_the_rule(tmp_path) 
         except (RecursionError, TookTooLong) as error:  # a traceback too deep for pytest to print: say it short
             raise AssertionError(f"{type(error).__name__} in load_config: {text[:100]!r}") from None
         finally:
-            _, peak = tracemalloc.get_traced_memory()
-            tracemalloc.stop()
+            measured.__exit__(None, None, None)
             assert time.monotonic() - start < SECONDS_PER_INPUT, text[:200]
-            assert peak < PEAK_BYTES, (peak, text[:200])
+            assert measured.peak < PEAK_BYTES, (measured.peak, text[:200])
         counts["loaded"] += 1
         usable(config)
 

@@ -28,7 +28,6 @@ import random
 import resource
 import shutil
 import tempfile
-import tracemalloc
 from pathlib import Path
 
 import pyarrow as pa
@@ -44,6 +43,7 @@ from spark_webdataset.format.sample_index import INDEX_SCHEMA, read_index, write
 from spark_webdataset.spark.options import KeyRange, ReadOptions
 from spark_webdataset.spark.reader import ShardPartition, WebDatasetReader
 from tests.model.fuzzing import fuzz_settings
+from tests.support.python_memory import PythonPeak
 from tests.support.webdataset_ui_data import commit_table
 
 EXAMPLES = 30  # a test; FUZZ_EXAMPLES=N scales it (tests/model/fuzzing.py)
@@ -282,15 +282,10 @@ def _exercise(template: Template, kind: str, keys: list[str], positions: list[in
 
 
 def _bounded(action) -> None:
-    """`action` allocating at most PEAK_BYTES more than before it, at its peak (Python's allocations).
-
-    tracemalloc runs for the whole module (`_report`): stopping it while one of pyarrow's I/O
-    threads enters Python crashed CPython 3.11 (a segfault in a thread with no Python frame)."""
-    before, _ = tracemalloc.get_traced_memory()
-    tracemalloc.reset_peak()
-    action()
-    _, peak = tracemalloc.get_traced_memory()
-    assert peak - before < PEAK_BYTES, f"{peak - before} bytes allocated at the peak"
+    """`action` allocating at most PEAK_BYTES more than before it, at its peak (Python's allocations)."""
+    with PythonPeak() as measured:
+        action()
+    assert measured.peak < PEAK_BYTES, f"{measured.peak} bytes allocated at the peak"
 
 
 _keys = st.lists(
@@ -302,11 +297,7 @@ _positions = st.lists(st.integers(-SAMPLES - 2, SAMPLES + 2), max_size=2)
 @pytest.fixture(scope="module", autouse=True)
 def _report():
     start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    tracemalloc.start()
-    try:
-        yield
-    finally:
-        tracemalloc.stop()
+    yield
     grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start) * 1024
     for kind, counts in sorted(COUNTS.items()):
         print(f"\nfuzz {kind}: " + ", ".join(f"{name} {count}" for name, count in sorted(counts.items())))

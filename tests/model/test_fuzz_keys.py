@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import re
 import time
-import tracemalloc
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,6 +38,7 @@ from spark_webdataset.format.names import (
 from spark_webdataset.format.sample_reader import iter_samples
 from spark_webdataset.format.shard_writer import ShardWriter
 from tests.model.fuzzing import fuzz_settings
+from tests.support.python_memory import PythonPeak
 
 FUZZ = fuzz_settings(200)
 SECONDS_PER_INPUT = 5.0  # generous: 2 cores shared by the whole suite
@@ -77,15 +77,14 @@ class Bounded:
     """One input's wall time and Python-side memory peak, asserted on exit."""
 
     def __enter__(self) -> Bounded:
-        tracemalloc.start()
+        self.memory = PythonPeak().__enter__()
         self.start = time.monotonic()
         return self
 
     def __exit__(self, *exc) -> None:
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
+        self.memory.__exit__(*exc)
         assert time.monotonic() - self.start < SECONDS_PER_INPUT
-        assert peak < PEAK_BYTES, peak
+        assert self.memory.peak < PEAK_BYTES, self.memory.peak
 
 
 def written(keys: list[str], field: str, allow_pax: bool) -> bytes:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import io
 import tarfile
 import time
-import tracemalloc
 
 import pyarrow as pa
 from hypothesis import given
@@ -29,6 +28,7 @@ from spark_webdataset.format.sample_reader import iter_samples
 from spark_webdataset.format.shard_writer import ShardWriter
 from spark_webdataset.format.verify import check_shard
 from tests.model.fuzzing import fuzz_settings
+from tests.support.python_memory import PythonPeak
 from tests.support.tars import (
     END,
     GOOD,
@@ -201,9 +201,8 @@ def test_mutated_tars_get_a_tar_error_or_the_same_parse_from_every_parser() -> N
         nonlocal tried, typed, parsed, vouched
         tried += 1
         data = mutant.data
-        tracemalloc.start()
         start = time.monotonic()
-        try:
+        with PythonPeak() as measured:
             exact = verdict(lambda: samples_of(data))
             said = {
                 "fast": verdict(lambda: batches_of(io.BytesIO(data))),
@@ -212,11 +211,8 @@ def test_mutated_tars_get_a_tar_error_or_the_same_parse_from_every_parser() -> N
             }
             scan = scan_shard(io.BytesIO(data), max_member=MAX_MEMBER)
             report = check_shard("x.tar", lambda: io.BytesIO(data), None, (), len(data), MAX_MEMBER)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
         assert time.monotonic() - start < SECONDS_PER_INPUT
-        assert peak < PEAK_BYTES, peak
+        assert measured.peak < PEAK_BYTES, measured.peak
         for name, other in said.items():
             assert other == projected(exact), (name, other, exact)
         listed = [e["error"] for e in report.errors]

@@ -11,7 +11,6 @@ MemoryError, OSError or a sample under the wrong key.
 from __future__ import annotations
 
 import json
-import tracemalloc
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,6 +27,7 @@ from spark_webdataset.errors import (
 )
 from spark_webdataset.format.sample_index import INDEX_SCHEMA, read_index, write_index
 from tests.support.helpers import run_cli
+from tests.support.python_memory import PythonPeak
 from tests.support.webdataset_ui_data import commit_table
 
 KEYS = 60
@@ -131,14 +131,9 @@ def test_an_index_of_other_columns_is_a_typed_error(version: Path) -> None:
 def test_an_index_row_outside_its_shard_is_refused_before_any_read(version: Path, values: dict, rule: str) -> None:
     rewrite_rows(version, set_row("00007", **values))
     samples = spark_webdataset.open(str(version))
-    tracemalloc.start()
-    try:
-        with pytest.raises(CorruptIndex) as caught:
-            samples.get("00007")
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 16 << 20
+    with PythonPeak() as measured, pytest.raises(CorruptIndex) as caught:
+        samples.get("00007")
+    assert measured.peak < 16 << 20
     assert str(index_path(version)) in str(caught.value) and "'00007'" in str(caught.value)
     assert rule in str(caught.value)
     assert samples.get("00008")["txt"] == b"text 8 " * 9  # the other rows still read
@@ -189,14 +184,9 @@ def test_a_lying_manifest_and_index_keep_memory_bounded(version: Path) -> None:
     (version / "_manifest.json").write_text(json.dumps(document))
     rewrite_rows(version, set_row("00007", length=2**40))
     samples = spark_webdataset.open(str(version))
-    tracemalloc.start()
-    try:
-        with pytest.raises(SampleMismatch):
-            samples.get("00007")
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 64 << 20
+    with PythonPeak() as measured, pytest.raises(SampleMismatch):
+        samples.get("00007")
+    assert measured.peak < 64 << 20
 
 
 @pytest.mark.parametrize(

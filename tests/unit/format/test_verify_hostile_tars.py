@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import json
-import tracemalloc
 import warnings
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from spark_webdataset.format.fast_verify import scan_shard
 from spark_webdataset.format.manifest import Manifest
 from spark_webdataset.format.sample_reader import iter_members, iter_samples
 from spark_webdataset.format.verify import check_shard
+from tests.support.python_memory import PythonPeak
 from tests.support.tars import (
     BLOCK,
     END,
@@ -156,18 +156,14 @@ def test_a_size_past_the_end_costs_no_allocation_of_its_size() -> None:
         "validator": lambda: check_shard("s.tar", lambda: io.BytesIO(data), None),
     }
     for name, read in readers.items():
-        tracemalloc.start()
-        try:
+        with PythonPeak() as measured:
             if name == "validator":
                 report = read()
                 assert "runs past the end of the shard" in report.errors[0]["error"]
             else:
                 with pytest.raises(MemberSizeError, match=r"member 'b.txt' is truncated"):
                     read()
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
-        assert peak < 32 << 20, (name, peak)
+        assert measured.peak < 32 << 20, (name, measured.peak)
 
 
 def test_members_iterate_with_the_same_bounds() -> None:
