@@ -42,7 +42,9 @@ def version_bytes(root: str, version: str) -> dict[str, bytes]:
         document.pop("version", None)  # the version URI: clean/ vs faulty/
         document.pop("manifest_sha256", None)  # covers the manifest's run section
         document.get("source", {}).pop("spark_application_id", None)
-        for shard in document.get("shards", []) if name == "_validation.json" else []:
+        for shard in (
+            document.get("shards", []) + document.get("sample_index_files", []) if name == "_validation.json" else []
+        ):
             shard.pop("identity", None)  # the object's generation: which upload, not which bytes
         files[name] = json.dumps(document, sort_keys=True).encode()
     return files

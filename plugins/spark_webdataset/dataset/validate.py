@@ -119,8 +119,8 @@ class ValidationReport:
             "errors_truncated": self.errors_truncated,  # `errors` lists only the first MAX_REPORTED_ERRORS
             "errors": self.errors,
             "shards": self.shards,
-            **({"sample_index_files": report_entries(self.index_files)} if self.index_files else {}),
-            **({"sample_index_check": self.index_check} if self.index_check else {}),
+            "sample_index_files": report_entries(self.index_files),  # the identities the next child trusts
+            "sample_index_check": self.index_check,  # how a child's index was proven (None: no layers to prove)
             "run": {
                 "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "seconds": round(self.seconds, 3),
