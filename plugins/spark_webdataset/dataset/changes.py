@@ -133,8 +133,7 @@ def plan_change(
     plan = ChangePlan(kind, requested, pa.array([], _KEY), requested_unique=len(keys))
     if base_index is None or not len(keys):
         return plan
-    hits = [batch.filter(pc.is_in(batch.column(0), value_set=keys)) for batch in base_index.rows_holding(keys)]
-    hits = [batch for batch in hits if len(batch)]
+    hits = [batch for batch in base_index.rows_holding(keys) if len(batch)]
     if not hits:
         return plan
     removed = pa.Table.from_batches(hits)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..errors import DuplicateKey
 from ..format.keys import first_duplicate_in_blocks, merge_blocks
@@ -62,18 +61,14 @@ def base_part_rows(part: IndexPart, listed: frozenset[str]) -> Iterator[pa.Recor
 
 
 def layer_rows_near(part: IndexPart, listed: frozenset[str], keys: pa.Array) -> Iterator[pa.RecordBatch]:
-    """The live rows of one file whose key is one of the sorted `keys` (MERGE_SCHEMA): what a layer
-    the new version keeps must be merged with to prove the new keys absent from it, at the cost of
-    the blocks the keys fall in, not of the layer. The keys are matched before the live rule, which
-    then looks at the matches alone."""
+    """The live rows of one file whose key is one of the sorted, unique `keys` (MERGE_SCHEMA): what a
+    layer the new version keeps must be merged with to prove the new keys absent from it, at the
+    cost of the blocks the keys fall in, not of the layer (IndexFile.rows_matching). The keys are
+    matched before the live rule, which then looks at the matches alone."""
     from ..format.sample_index import MERGE_SCHEMA, IndexFile
 
-    if not len(keys):
-        return
-    wanted = keys.cast(pa.string())
-    blocks = IndexFile(part, cache_blocks=1, name=part.uri).blocks_holding(keys)
-    matches = (block.filter(pc.is_in(block.column(0), value_set=wanted)) for block in blocks)
-    for batch in live_rows(part, listed, (match for match in matches if match.num_rows)):
+    matches = IndexFile(part, cache_blocks=1, name=part.uri).rows_matching(keys)
+    for batch in live_rows(part, listed, matches):
         yield batch.cast(MERGE_SCHEMA)
 
 
@@ -87,7 +82,7 @@ class BaseIndex:
     listed: frozenset[str]  # the base's shard locations (the live rule)
 
     def rows_holding(self, keys: pa.Array) -> Iterator[pa.RecordBatch]:
-        """Live rows of every block that may hold one of the sorted `keys`."""
+        """The live rows whose key is one of the sorted, unique `keys`."""
         for part in self.parts:
             yield from layer_rows_near(part, self.listed, keys)
 

@@ -292,10 +292,9 @@ def _check_change(manifest: Manifest, own: IndexPart, proof: ParentProof) -> lis
     keys = pa.concat_arrays([keys.cast(pa.string()) for keys in own_keys]) if own_keys else pa.array([], pa.string())
     for part in proof.kept:
         try:
-            for batch in layer_rows_near(part, listed, keys):
-                hit = pc.is_in(batch.column(0), value_set=keys)
-                if pc.any(hit).as_py():
-                    key, shard = (batch.filter(hit).column(at)[0].as_py() for at in range(2))
+            for batch in layer_rows_near(part, listed, keys):  # only rows of the own keys: each a duplicate
+                if len(batch):
+                    key, shard = (batch.column(at)[0].as_py() for at in range(2))
                     return [
                         f"key {key!r} of a shard this version stores is also live in {shard} "
                         f"(the index layer of version {part.stored_in}): keys must be unique across the version"

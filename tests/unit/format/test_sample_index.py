@@ -137,7 +137,7 @@ def test_a_lookup_in_a_million_keys_reads_a_few_small_ranges(tmp_path) -> None:
     assert BLOCK_ROWS >= 1024
 
 
-def test_blocks_holding_reads_only_the_blocks_where_the_keys_fall(tmp_path) -> None:
+def test_rows_matching_reads_only_the_blocks_where_the_keys_fall(tmp_path) -> None:
     count = 3 * BLOCK_ROWS
     keys = [f"k{i:07d}" for i in range(count)]
     table = pa.table(
@@ -148,10 +148,24 @@ def test_blocks_holding_reads_only_the_blocks_where_the_keys_fall(tmp_path) -> N
     write_index(table.to_batches(), str(path))
     index = IndexFile(lambda: RangeFile(LocalStorage(), str(path), path.stat().st_size), cache_blocks=4)
 
-    def firsts(wanted: list[str]) -> list[str]:
-        return [block.column("key")[0].as_py() for block in index.blocks_holding(pa.array(wanted))]
+    read: list[int] = []
+    real_block = index._block
 
-    assert firsts([keys[5], keys[7]]) == [keys[0]]  # one block, once
-    assert firsts([keys[BLOCK_ROWS + 1], f"k{count + 5:07d}"]) == [keys[BLOCK_ROWS], keys[2 * BLOCK_ROWS]]
-    assert firsts(["a", "k"]) == []  # before the first key: in no block
-    assert firsts([]) == []
+    def spied(number):  # a spy: which blocks are read, then the real read
+        read.append(number)
+        return real_block(number)
+
+    index._block = spied
+
+    def matching(wanted: list[str]) -> tuple[list[str], list[int]]:
+        read.clear()
+        found = [key for table in index.rows_matching(pa.array(wanted)) for key in table.column("key").to_pylist()]
+        return found, list(read)
+
+    assert matching([keys[5], keys[7]]) == ([keys[5], keys[7]], [0])  # one block, once
+    wanted = [keys[BLOCK_ROWS + 1], f"k{BLOCK_ROWS + 1:07d}x", f"k{count + 5:07d}"]  # present, absent, past the end
+    assert matching(wanted) == ([keys[BLOCK_ROWS + 1]], [1, 2])
+    assert matching(["a", "k"]) == ([], [])  # before the first key: in no block
+    assert matching([]) == ([], [])
+    many = keys[::2] + ["zz"]  # more keys than blocks: the blocks' first keys bisected into the keys
+    assert matching(sorted(many)) == (keys[::2], [0, 1, 2])
