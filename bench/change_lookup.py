@@ -12,7 +12,14 @@ interleaved:
            (the change plan before session 29: Arrow's is_in builds that set again for every block) (baseline)
   matching rows_matching: only the blocks the keys fall in, each against the keys in its own range (ours)
 
-Both must find every key once. CPU-bound: the file is in the page cache after the first read.
+Both must find every key once. Then, for --plan-changes sizes, the whole plan's reads (the rows the
+keys remove, then every row the touched shards keep: with spread keys, every shard is touched):
+
+  plan before   both passes as before session 29 (each block matched against sets of all the keys
+                and of the touched shards)                                                     (baseline)
+  plan          changes._kept_rows after rows_holding (the removed keys' set built once)          (ours)
+
+CPU-bound: the file is in the page cache after the first read.
 """
 
 from __future__ import annotations
@@ -32,10 +39,11 @@ def flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--changes", type=int, nargs="+", default=[1_000, 100_000, 1_000_000], help="keys a change looks up"
     )
+    parser.add_argument("--plan-changes", type=int, nargs="*", default=[1_000, 100_000], help="keys of whole plans")
 
 
 def quick(args: argparse.Namespace) -> None:
-    args.keys, args.changes, args.repeats, args.warmup = 2_000_000, [1_000, 100_000], 1, 0
+    args.keys, args.changes, args.plan_changes, args.repeats, args.warmup = 2_000_000, [1_000, 100_000], [1_000], 1, 0
 
 
 def index_key(number: np.ndarray) -> pa.Array:
@@ -88,7 +96,48 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
         info = {"index_keys": args.keys, "change_keys": change, "blocks": -(-args.keys // 8192)}
         cases.append(measure(Case(f"{change:,} keys in {args.keys:,}", contenders, [Ratio("matching", "scan")],
                                   unit="keys", scale=1, info=info), args))  # fmt: skip
+    for change in args.plan_changes:
+        keys = index_key(numbers[:: max(1, args.keys // change)][:change]).cast(pa.large_string())
+        cases.append(measure(plan_case(base, part, listed, keys, args.keys), args))
     return {"cases": cases, "notes": []}
+
+
+def plan_case(base: Any, part: Any, listed: frozenset[str], keys: pa.Array, index_keys: int) -> Case:
+    """A whole change plan's reads of the index, before and now (see the module's docstring)."""
+    import pyarrow.compute as pc
+
+    from spark_webdataset.dataset.changes import _kept_rows
+    from spark_webdataset.dataset.index_merge import base_part_rows
+    from spark_webdataset.format.manifest import ShardEntry
+    from spark_webdataset.format.sample_index import MERGE_SCHEMA
+
+    entries = {shard: ShardEntry(shard, 1000, 0, "", "", keys_ascending=False) for shard in listed}
+
+    def before() -> dict[str, int]:
+        hits = [b.filter(pc.is_in(b.column(0), value_set=keys)) for b in base_part_rows(part, listed)]
+        removed = pa.Table.from_batches(hits, schema=MERGE_SCHEMA)
+        touched = pc.unique(removed.column("shard").combine_chunks())
+        kept = [b.filter(pc.and_(pc.is_in(b.column(1), value_set=touched),
+                                 pc.invert(pc.is_in(b.column(0), value_set=keys))))
+                for b in base_part_rows(part, listed)]  # fmt: skip
+        return {"removed": removed.num_rows, "kept": sum(len(b) for b in kept)}
+
+    def now() -> dict[str, int]:
+        removed = pa.Table.from_batches(list(base.rows_holding(keys)), schema=MERGE_SCHEMA)
+        touched = pc.unique(removed.column("shard").combine_chunks())
+        kept = _kept_rows(base, touched, keys, removed, entries, MERGE_SCHEMA)
+        return {"removed": removed.num_rows, "kept": kept.num_rows}
+
+    def same(record: dict[str, int]) -> None:
+        assert record["removed"] == len(keys) and record["removed"] + record["kept"] <= index_keys, record
+
+    contenders = {
+        "plan before": Contender(before, len(keys), check=same),
+        "plan": Contender(now, len(keys), check=same),
+    }
+    info = {"index_keys": index_keys, "change_keys": len(keys)}
+    return Case(f"plan of {len(keys):,} keys in {index_keys:,}", contenders, [Ratio("plan", "plan before")],
+                unit="keys", scale=1, info=info)  # fmt: skip
 
 
 BENCH = Benchmark("change_lookup", __doc__, run, flags, quick, defaults={"repeats": 2, "warmup": 0})
