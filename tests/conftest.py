@@ -46,6 +46,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _tracemalloc_off_after_each_module():
+    """tests/support/python_memory.PythonPeak leaves tracemalloc on within a module; off after it."""
+    from tests.support.python_memory import stop_tracing
+
+    yield
+    stop_tracing()
+
+
 @pytest.fixture(scope="session")
 def airflow_db() -> str:
     """A migrated SQLite metadata database for dag.test() runs, migrated once per Airflow version."""

@@ -1,9 +1,11 @@
 """The peak of Python-side allocations while a block runs (tracemalloc), safe with native threads.
 
-tracemalloc is started once in a process and never stopped: `tracemalloc.stop()` while a thread
-that does not hold the GIL tracks or frees an allocation (numpy's and Arrow's do) crashes CPython
-3.11 with a segfault (python/cpython#128679, fixed in 3.12.9 and 3.13.2 only). A test worker died
-that way right after a `stop()`; each measurement now resets the peak instead.
+tracemalloc is started once and stopped only when a test module is done (tests/conftest.py):
+`tracemalloc.stop()` while a thread that does not hold the GIL tracks or frees an allocation
+(numpy's and Arrow's do) crashes CPython 3.11 with a segfault (python/cpython#128679, fixed in
+3.12.9 and 3.13.2 only). A test worker died that way right after a `stop()` that followed a read;
+each measurement resets the peak instead. Left on, tracing made every later test's Python 2-5x
+slower (the promise machine 56 s -> 103 s): between modules no test's thread is working.
 """
 
 from __future__ import annotations
@@ -30,3 +32,9 @@ class PythonPeak:
     ) -> None:
         _, peak = tracemalloc.get_traced_memory()
         self.peak = max(0, peak - self._held)
+
+
+def stop_tracing() -> None:
+    """Stop tracemalloc if a PythonPeak started it (at the end of a test module: see above)."""
+    if tracemalloc.is_tracing():
+        tracemalloc.stop()
