@@ -28,6 +28,7 @@ from ..format.checksums import Digests, crc32c_extend
 from ..format.manifest import Manifest, ShardEntry
 from ..format.ustar import END_OF_ARCHIVE
 from .build_rules import APPEND, CHANGES, DELETE, UPSERT  # noqa: F401 - the change kinds, defined with their rules
+from .index_layers import rows_in_shards
 from .tree import shard_name, staged_shard_name
 
 if TYPE_CHECKING:
@@ -39,7 +40,6 @@ log = logging.getLogger(__name__)
 REWRITES_DIR = "rewrites"  # in the job's staging directory: the rewritten shards, by sequence
 READ_BYTES = 64 << 20  # at most this much of a run of kept samples in one ranged read
 _KEY = pa.large_string()
-SHARD_SET_PER_BLOCK = 4096  # touched shards matched by one Arrow set a block (above: by each block's distinct shards)
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,9 @@ def _kept_rows(
     removed_by_shard = _counts(removed.column("shard"))
     wanted = frozenset(touched.to_pylist())
     while True:
-        rows = pa.Table.from_batches(_rows_of_shards(base_index.rows_between(ranges), wanted), schema=schema)
+        rows = pa.Table.from_batches(
+            (rows_in_shards(batch, wanted) for batch in base_index.rows_between(ranges)), schema=schema
+        )
         gone = pc.is_in(rows.column("key"), value_set=removed_keys)  # one set of the removed keys, not one a block
         kept = rows.filter(pc.invert(gone)).sort_by([("shard", "ascending"), ("offset", "ascending")])
         kept_by_shard = _counts(kept.column("shard"))
@@ -212,23 +214,6 @@ def _kept_rows(
                 f"{shard.samples} samples: the shard cannot be rewritten without losing a sample"
             )
         ranges = None
-
-
-def _rows_of_shards(batches: Iterable[pa.RecordBatch], wanted: frozenset[str]) -> Iterator[pa.RecordBatch]:
-    """The rows of `batches` whose shard is in `wanted`. Arrow's is_in hashes its set again for each
-    block: fine for a few thousand shards; past that a block's distinct shards are looked up in the set."""
-    if len(wanted) <= SHARD_SET_PER_BLOCK:
-        shards = pa.array(sorted(wanted), pa.string())
-        for batch in batches:
-            yield batch.filter(pc.is_in(batch.column(1), value_set=shards.cast(batch.schema.field(1).type)))
-        return
-    for batch in batches:
-        present = pc.unique(batch.column(1)).to_pylist()
-        mine = [shard for shard in present if shard in wanted]
-        if len(mine) == len(present):
-            yield batch
-        elif mine:
-            yield batch.filter(pc.is_in(batch.column(1), value_set=pa.array(mine, batch.schema.field(1).type)))
 
 
 def _counts(shards: pa.ChunkedArray | pa.Array) -> dict[str, int]:
