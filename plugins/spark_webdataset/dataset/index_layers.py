@@ -110,6 +110,13 @@ def index_parts(version: Version, manifest: Manifest, stored_in: str | None = No
     return [own, *layer_parts(holder, manifest.sample_index_layers)]
 
 
+def index_file_names(holder: str, manifest: Manifest) -> list[tuple[str, str]]:
+    """(version that stores it, path in that version) of each file `manifest`'s index reads, in
+    index_parts' order (own file first); `holder` is the version that stores the manifest."""
+    assert manifest.sample_index is not None
+    return [(holder, manifest.sample_index), *((layer.version, layer.path) for layer in manifest.sample_index_layers)]
+
+
 def live_rows(
     part: IndexPart, listed: frozenset[str], blocks: Iterable[pa.RecordBatch | pa.Table]
 ) -> Iterator[pa.RecordBatch]:

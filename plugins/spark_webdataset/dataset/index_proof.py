@@ -35,7 +35,7 @@ from ..format.manifest import Manifest
 from ..format.sample_index import index_block_rows
 from ..storage import storage_for
 from ..storage.base import StoredObject
-from .index_layers import IndexPart, index_parts, locations, merged_live_rows, part_rows
+from .index_layers import IndexPart, index_file_names, index_parts, locations, merged_live_rows, part_rows
 from .index_merge import layer_rows_near
 
 if TYPE_CHECKING:
@@ -52,15 +52,6 @@ def identity_json(value: object) -> object:
     return json.loads(json.dumps(value))
 
 
-def _file_names(version: Version, manifest: Manifest) -> list[tuple[str, str]]:
-    """(version that stores it, path) of each file `manifest`'s index reads, own file first."""
-    assert manifest.sample_index is not None
-    return [
-        (version.name, manifest.sample_index),
-        *((layer.version, layer.path) for layer in manifest.sample_index_layers),
-    ]
-
-
 def index_files(version: Version, manifest: Manifest) -> IndexFiles:
     """The listing of every index file the version reads (one listing a directory). Taken before a byte
     is read: a file rewritten while (or after) it is checked gets another identity than the one
@@ -74,7 +65,7 @@ def index_files(version: Version, manifest: Manifest) -> IndexFiles:
         return {}
     listings: dict[str, dict[str, StoredObject]] = {}
     found: IndexFiles = {}
-    for name, part in zip(_file_names(version, manifest), parts):
+    for name, part in zip(index_file_names(version.name, manifest), parts):
         directory, file = part.uri.rsplit("/", 1)
         if directory not in listings:
             listings[directory] = storage_for(part.uri).objects(directory)
@@ -206,7 +197,7 @@ def _check_layer_sizes(version: Version, manifest: Manifest, layers: list[IndexP
     """Each ancestor's index file the version reads through is on storage with the bytes its manifest
     says (as a referenced shard's size is checked)."""
     problems = []
-    for name, part in zip(_file_names(version, manifest)[1:], layers):
+    for name, part in zip(index_file_names(version.name, manifest)[1:], layers):
         found = files.get(name)
         size = None if found is None else found.size
         if size != part.bytes:
@@ -235,11 +226,8 @@ def parent_proof(version: Version, manifest: Manifest, parts: list[IndexPart], f
     recorded = {
         (entry.get("version"), entry.get("path")): entry for entry in validation.get("sample_index_files") or []
     }
-    parent_names = [
-        (parent_id, parent.sample_index),
-        *((layer.version, layer.path) for layer in parent.sample_index_layers),
-    ]
-    kept_names = _file_names(version, manifest)[1:]
+    parent_names = index_file_names(parent_id, parent)
+    kept_names = index_file_names(version.name, manifest)[1:]
     folded = len(parent_names) - len(kept_names)
     if folded < 0 or parent_names[folded:] != kept_names:
         return f"its index layers are not the nearest files of parent {parent_id}'s index"
