@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from ..errors import CorruptManifest, InputError
 from ..format.keys import merge_blocks
 from ..format.manifest import IndexLayer, Manifest
-from ..format.sample_index import INDEX_SCHEMA, Entry, IndexFile, damage_named
+from ..format.sample_index import INDEX_SCHEMA, Entry, IndexFile
 from ..storage import storage_for
 from ..storage.base import RangeFile
 from .paths import check_version_id
@@ -150,11 +150,8 @@ def part_rows(part: IndexPart, name: str | None = None) -> Iterator[pa.RecordBat
 
 
 def file_rows(part: IndexPart) -> int:
-    """How many rows a file holds, by its footer (one ranged read): a layer entry records it."""
-    import pyarrow.parquet as pq
-
-    with damage_named(part.uri):
-        return pq.ParquetFile(part()).metadata.num_rows
+    """How many rows a file holds, by its footer or its segments' directory: a layer entry records it."""
+    return len(IndexFile(part, name=part.uri))
 
 
 def locations(manifest: Manifest) -> frozenset[str]:

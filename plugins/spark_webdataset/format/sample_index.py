@@ -21,6 +21,7 @@ import collections
 import contextlib
 import functools
 import io
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import CorruptIndex, WebDatasetError
+from .index_segments import SEGMENT_BLOCKS, Segment, SegmentedWriter, Window, check_segment, open_segments
 from .keys import key_column
 from .tar_rules import BLOCK
 
@@ -107,21 +109,27 @@ def concat_rows(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBa
     return pa.concat_batches(batches) if batches else pa.RecordBatch.from_pylist([], schema=schema)
 
 
-def write_index(batches: Iterable[pa.RecordBatch], sink: str | BinaryIO) -> int:
-    """Write sorted index rows (INDEX_SCHEMA's columns) to `sink` in blocks of BLOCK_ROWS; the row count."""
+def write_index(batches: Iterable[pa.RecordBatch], sink: str | BinaryIO, segment_blocks: int | None = None) -> int:
+    """Write sorted index rows (INDEX_SCHEMA's columns) to `sink` in blocks of BLOCK_ROWS, in segments
+    of `segment_blocks` blocks (default SEGMENT_BLOCKS; index_segments); the row count."""
     pending: list[pa.RecordBatch] = []
     buffered = 0
     rows = 0
     import pyarrow.parquet as pq
 
-    with pq.ParquetWriter(
-        sink,
-        INDEX_SCHEMA,
-        compression="zstd",
-        use_dictionary=["shard"],
-        write_statistics=["key"],
-        store_schema=False,
-    ) as writer:
+    def new_writer(out: BinaryIO) -> pq.ParquetWriter:
+        return pq.ParquetWriter(
+            out,
+            INDEX_SCHEMA,
+            compression="zstd",
+            use_dictionary=["shard"],
+            write_statistics=["key"],
+            store_schema=False,
+        )
+
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(open(sink, "wb")) if isinstance(sink, str) else sink
+        segments = SegmentedWriter(out, new_writer, (segment_blocks or SEGMENT_BLOCKS) * BLOCK_ROWS)
 
         def flush(final: bool) -> None:
             nonlocal pending, buffered
@@ -130,7 +138,7 @@ def write_index(batches: Iterable[pa.RecordBatch], sink: str | BinaryIO) -> int:
             table = pa.Table.from_batches(pending, INDEX_SCHEMA).combine_chunks()
             whole = len(table) if final else len(table) - len(table) % BLOCK_ROWS
             if whole:
-                writer.write_table(table.slice(0, whole), row_group_size=BLOCK_ROWS)
+                segments.write(table.slice(0, whole), BLOCK_ROWS)
             rest = table.slice(whole)
             pending = rest.to_batches() if len(rest) else []
             buffered = len(rest)
@@ -143,6 +151,7 @@ def write_index(batches: Iterable[pa.RecordBatch], sink: str | BinaryIO) -> int:
             if buffered >= BLOCK_ROWS:
                 flush(final=False)
         flush(final=True)
+        segments.close()
     return rows
 
 
@@ -253,67 +262,120 @@ class _Block:
         return row if row < len(self.keys) and self.keys[row].as_py() == key else None
 
 
+class _Part:
+    """One parquet file of an index (the whole index, or one segment): its parsed footer, the blocks'
+    row starts and first keys (None where a block has no key statistics)."""
+
+    def __init__(self, parquet: pq.ParquetFile, name: str) -> None:
+        metadata = parquet.metadata
+        _check_schema(parquet.schema_arrow, name)
+        starts, first_keys, at = [], [], 0
+        key_field = metadata.schema.names.index("key")
+        for number in range(metadata.num_row_groups):
+            group = metadata.row_group(number)
+            _check_group(group, number, name)
+            stats = group.column(key_field).statistics
+            starts.append(at)
+            first = stats.min if stats is not None and stats.has_min_max else None
+            first_keys.append(first if isinstance(first, str) else None)
+            at += group.num_rows
+        self.parquet, self.starts, self.first_keys, self.rows = parquet, starts, first_keys, at
+        self.sorted = all(first is not None for first in first_keys)  # else: searched block by block
+
+    def block_of(self, key: str) -> int:
+        """The block that may hold `key` (-1: before the first), when the blocks are `sorted`."""
+        return bisect.bisect_right(self.first_keys, key) - 1
+
+
 class IndexFile:
     """Lookups in one index file, read through `open_file` (a seekable binary file with ranged reads).
 
-    The footer is read once; blocks are kept in an LRU of `cache_blocks`.
-    Thread-safe: reads of the file are serialized, lookups in cached blocks
-    are not."""
+    Its footer (a segmented index: the directory, then the footers of the segments a lookup touches,
+    `SEGMENT_CACHE` of them kept) is read once; blocks are kept in an LRU of `cache_blocks`.
+    Thread-safe: reads of the file are serialized, lookups in cached blocks are not."""
+
+    SEGMENT_CACHE = 16  # parsed segment footers kept: ~0.7 MB each
 
     def __init__(self, open_file: Callable[[], BinaryIO], cache_blocks: int = 256, name: str | None = None) -> None:
         self._open_file = open_file
         self._cache_blocks = cache_blocks
         self.name = name or str(getattr(open_file, "uri", "the sample index"))  # in every error
         self._lock = threading.Lock()
-        self._file: pq.ParquetFile | None = None
-        self._blocks: collections.OrderedDict[int, _Block] = collections.OrderedDict()
-        self._starts: list[int] = []
-        self._first_keys: list[str] = []
+        self._source: BinaryIO | None = None
+        self._segments: list[Segment] = []  # the directory (empty: a plain file, one part)
+        self._parts: collections.OrderedDict[int, _Part] = collections.OrderedDict()
+        self._part_starts: list[int] = [0]
+        self._part_firsts: list[str] = []
+        self._rows = 0
+        self._blocks: collections.OrderedDict[tuple[int, int], _Block] = collections.OrderedDict()
 
-    def _parquet(self) -> pq.ParquetFile:
-        if self._file is None:
-            import pyarrow.parquet as pq
-
-            self._source = self._open_file()
+    def _open(self) -> None:
+        with self._lock:
+            if self._source is not None:
+                return
+            source = self._open_file()
             with damage_named(self.name):
-                parquet = pq.ParquetFile(self._source)
-                metadata = parquet.metadata
-                _check_schema(parquet.schema_arrow, self.name)
-                starts, first_keys, at = [], [], 0
-                key_field = metadata.schema.names.index("key")
-                for number in range(metadata.num_row_groups):
-                    group = metadata.row_group(number)
-                    _check_group(group, number, self.name)
-                    stats = group.column(key_field).statistics
-                    starts.append(at)
-                    first = stats.min if stats is not None and stats.has_min_max else None
-                    first_keys.append(first if isinstance(first, str) else None)
-                    at += group.num_rows
-            self._starts, self._first_keys, self._rows = starts, first_keys, at
-            self._file = parquet
-        return self._file
+                plain, segments = open_segments(source, self.name)
+                if plain is not None:
+                    part = _Part(plain, self.name)
+                    self._parts[0], self._rows = part, part.rows
+                else:
+                    self._segments = segments
+                    self._part_starts = list(itertools.accumulate((s.rows for s in segments[:-1]), initial=0))
+                    self._part_firsts = [segment.first_key for segment in segments]
+                    self._rows = sum(segment.rows for segment in segments)
+            self._source = source
+
+    def _part(self, number: int) -> _Part:
+        part = self._parts.get(number)
+        if part is not None:
+            return part
+        with self._lock:
+            part = self._parts.get(number)
+            if part is None:
+                import pyarrow.parquet as pq
+
+                segment = self._segments[number]
+                assert self._source is not None
+                with damage_named(self.name):
+                    parquet = pq.ParquetFile(Window(self._source, segment.offset, segment.bytes))
+                    check_segment(parquet, segment, number, self.name)
+                    part = _Part(parquet, f"{self.name} (segment {number})")
+                self._parts[number] = part
+                while len(self._parts) > self.SEGMENT_CACHE:
+                    self._parts.popitem(last=False)
+        return part
+
+    @property
+    def _part_count(self) -> int:
+        return len(self._segments) or 1
+
+    def _part_of_key(self, key: str) -> int:
+        """The part that may hold `key` (-1: before the first segment)."""
+        return bisect.bisect_right(self._part_firsts, key) - 1 if self._segments else 0
 
     def __len__(self) -> int:
-        with self._lock:
-            self._parquet()
-            return self._rows
+        self._open()
+        return self._rows
 
-    def _block(self, number: int) -> _Block:
-        block = self._blocks.get(number)
+    def _block(self, part_number: int, number: int) -> _Block:
+        at = (part_number, number)
+        block = self._blocks.get(at)
         if block is not None:
-            self._blocks.move_to_end(number)
+            self._blocks.move_to_end(at)
             return block
+        part = self._part(part_number)
         with self._lock:
-            block = self._blocks.get(number)
+            block = self._blocks.get(at)
             if block is None:
-                parquet = self._parquet()
                 with damage_named(self.name):
-                    group = parquet.metadata.row_group(number)
+                    group = part.parquet.metadata.row_group(number)
                     prefetch = getattr(self._source, "prefetch", None)
                     if prefetch is not None:  # the block's column chunks in one read
-                        prefetch(*_row_group_range(group))
-                    block = _Block(parquet.read_row_group(number), group.num_rows, self.name)
-                self._blocks[number] = block
+                        offset, length = _row_group_range(group)
+                        prefetch((self._segments[part_number].offset if self._segments else 0) + offset, length)
+                    block = _Block(part.parquet.read_row_group(number), group.num_rows, self.name)
+                self._blocks[at] = block
                 while len(self._blocks) > self._cache_blocks:
                     self._blocks.popitem(last=False)
         return block
@@ -324,21 +386,24 @@ class IndexFile:
         if not -rows <= position < rows:
             raise IndexError(f"sample {position} of {rows}")
         position %= rows
-        number = bisect.bisect_right(self._starts, position) - 1
-        return self._block(number).entry(position - self._starts[number])
+        part_number = bisect.bisect_right(self._part_starts, position) - 1
+        position -= self._part_starts[part_number]
+        part = self._part(part_number)
+        number = bisect.bisect_right(part.starts, position) - 1
+        return self._block(part_number, number).entry(position - part.starts[number])
 
     def get(self, key: str) -> Entry | None:
         """The entry of `key`, or None."""
-        with self._lock:
-            self._parquet()
-        if any(first is None for first in self._first_keys):  # no statistics: search block by block
-            candidates: Iterable[int] = range(len(self._starts))
-        else:
-            candidates = [bisect.bisect_right(self._first_keys, key) - 1]
+        self._open()
+        part_number = self._part_of_key(key)
+        if part_number < 0:
+            return None
+        part = self._part(part_number)
+        candidates: Iterable[int] = [part.block_of(key)] if part.sorted else range(len(part.starts))
         for number in candidates:
             if number < 0:
                 continue
-            block = self._block(number)
+            block = self._block(part_number, number)
             row = block.find(key)
             if row is not None:
                 return block.entry(row)
@@ -347,12 +412,15 @@ class IndexFile:
     def blocks_from(self, key: str | None) -> Iterator[tuple[str | None, pa.Table]]:
         """The blocks that may hold `key` and every later key, in order, each with its first key
         (the caller stops when it has seen enough)."""
-        len(self)  # the footer
-        first = 0
-        if key is not None and all(found is not None for found in self._first_keys):
-            first = max(0, bisect.bisect_right(self._first_keys, key) - 1)
-        for number in range(first, len(self._starts)):
-            yield self._first_keys[number], self._block(number).table
+        self._open()
+        first_part = 0 if key is None else max(0, self._part_of_key(key))
+        for part_number in range(first_part, self._part_count):
+            part = self._part(part_number)
+            first = 0
+            if key is not None and part_number == first_part and part.sorted:
+                first = max(0, part.block_of(key))
+            for number in range(first, len(part.starts)):
+                yield part.first_keys[number], self._block(part_number, number).table
 
     def rows_matching(self, keys: pa.Array) -> Iterator[pa.Table]:
         """The rows whose key is one of the sorted, unique `keys`, a block at a time, in order: only the
@@ -360,68 +428,86 @@ class IndexFile:
         every block when the footer has no key statistics), and each block is matched against the
         keys in its own range alone, so no set of all the keys is built a block (at 10^7 keys that
         would cost ~1 s a block)."""
-        len(self)  # the footer
-        for number, low, high in self._spans(keys):
-            table = self._block(number).table
-            wanted = keys.slice(low, high - low).cast(table.schema.field("key").type)
-            matched = table.filter(pc.is_in(table.column("key"), value_set=wanted))
-            if matched.num_rows:
-                yield matched
-
-    def _spans(self, keys: pa.Array) -> Iterator[tuple[int, int, int]]:
-        """(block, first key, end) of the sorted `keys` falling in each block that gets any, in order:
-        by bisecting the keys into the blocks' first keys when they are fewer, else the blocks' first
-        keys into the keys (log n scalars a block; no Python list of the keys)."""
-        firsts, count = self._first_keys, len(keys)
-        if not count or not firsts:
-            return
-        if any(first is None for first in firsts):
-            yield from ((number, 0, count) for number in range(len(firsts)))
-            return
-        if count <= len(firsts):
-            at = [bisect.bisect_right(firsts, key) - 1 for key in keys.to_pylist()]
-            low = 0
-            for high in range(1, count + 1):
-                if high == count or at[high] != at[low]:
-                    if at[low] >= 0:
-                        yield at[low], low, high
-                    low = high
-            return
-        ordered = _Keys(keys)
-        low = bisect.bisect_left(ordered, firsts[0])
-        for number in range(len(firsts)):
-            high = bisect.bisect_left(ordered, firsts[number + 1], low) if number + 1 < len(firsts) else count
-            if high > low:
-                yield number, low, high
-            low = high
+        self._open()
+        parts = _spans(self._part_firsts, keys) if self._segments else [(0, 0, len(keys))]
+        for part_number, part_low, part_high in parts:
+            part = self._part(part_number)
+            in_part = keys.slice(part_low, part_high - part_low)
+            for number, low, high in _spans(part.first_keys, in_part):
+                table = self._block(part_number, number).table
+                wanted = in_part.slice(low, high - low).cast(table.schema.field("key").type)
+                matched = table.filter(pc.is_in(table.column("key"), value_set=wanted))
+                if matched.num_rows:
+                    yield matched
 
     def blocks_overlapping(self, ranges: Iterable[tuple[str, str]]) -> Iterator[pa.Table]:
         """The blocks that may hold a key between `first` and `last` (inclusive) of any of `ranges`,
         in order, each once (every block when the footer has no key statistics)."""
-        len(self)  # the footer
-        firsts = self._first_keys
-        if any(first is None for first in firsts):
-            spans = [(0, len(self._starts))]
-        else:  # blocks start..end-1: from the one holding `first` to the last starting at or before `last`
-            spans = sorted((max(0, bisect.bisect_right(firsts, first) - 1), bisect.bisect_right(firsts, last))
-                           for first, last in ranges)  # fmt: skip
-        done = 0
-        for start, end in spans:
-            for number in range(max(start, done), end):
-                yield self._block(number).table
-            done = max(done, end)
+        self._open()
+        ranges = list(ranges)
+        for part_number in _overlapping(self._part_firsts, ranges) if self._segments else [0]:
+            part = self._part(part_number)
+            if self._segments:
+                segment = self._segments[part_number]
+                mine = [(a, b) for a, b in ranges if a <= segment.last_key and b >= segment.first_key]
+            else:
+                mine = ranges
+            numbers = _overlapping(part.first_keys, mine) if part.sorted else range(len(part.starts))
+            for number in numbers:
+                yield self._block(part_number, number).table
 
     def keys(self) -> Iterator[str]:
         """Every key, in order, a block at a time."""
-        len(self)  # the footer
-        for number in range(len(self._starts)):
-            yield from self._block(number).keys.to_pylist()
+        self._open()
+        for part_number in range(self._part_count):
+            for number in range(len(self._part(part_number).starts)):
+                yield from self._block(part_number, number).keys.to_pylist()
 
     def __getstate__(self) -> dict:
         return {"open_file": self._open_file, "cache_blocks": self._cache_blocks, "name": self.name}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["open_file"], state["cache_blocks"], state.get("name"))  # type: ignore[misc]
+
+
+def _spans(firsts: list[str | None] | list[str], keys: pa.Array) -> Iterator[tuple[int, int, int]]:
+    """(block, first key, end) of the sorted `keys` falling in each block (of first keys `firsts`) that
+    gets any, in order: by bisecting the keys into the blocks' first keys when they are fewer, else
+    the blocks' first keys into the keys (log n scalars a block; no Python list of the keys). Every
+    block gets every key when some block has no first key."""
+    count = len(keys)
+    if not count or not firsts:
+        return
+    if any(first is None for first in firsts):
+        yield from ((number, 0, count) for number in range(len(firsts)))
+        return
+    if count <= len(firsts):
+        at = [bisect.bisect_right(firsts, key) - 1 for key in keys.to_pylist()]  # type: ignore[arg-type]
+        low = 0
+        for high in range(1, count + 1):
+            if high == count or at[high] != at[low]:
+                if at[low] >= 0:
+                    yield at[low], low, high
+                low = high
+        return
+    ordered = _Keys(keys)
+    low = bisect.bisect_left(ordered, firsts[0])
+    for number in range(len(firsts)):
+        high = bisect.bisect_left(ordered, firsts[number + 1], low) if number + 1 < len(firsts) else count
+        if high > low:
+            yield number, low, high
+        low = high
+
+
+def _overlapping(firsts: list[str | None] | list[str], ranges: list[tuple[str, str]]) -> Iterator[int]:
+    """The blocks (of sorted first keys `firsts`) that may hold a key of any of `ranges`, in order, each
+    once: from the one holding a range's first key to the last starting at or before its last."""
+    spans = sorted((max(0, bisect.bisect_right(firsts, first) - 1), bisect.bisect_right(firsts, last))  # type: ignore[arg-type]
+                   for first, last in ranges)  # fmt: skip
+    done = 0
+    for start, end in spans:
+        yield from range(max(start, done), end)
+        done = max(done, end)
 
 
 def _row_group_range(group: pq.RowGroupMetaData) -> tuple[int, int]:
@@ -444,30 +530,45 @@ def _name_of(source: BinaryIO | bytes, name: str | None) -> str:
 def read_index(source: BinaryIO | bytes, name: str | None = None) -> pa.Table:
     """The whole index as a table (validation, the reader's key filters, tests); CorruptIndex
     naming `name` (or the stream's) if it does not read as one."""
-    import pyarrow.parquet as pq
-
     name = _name_of(source, name)
     with damage_named(name):
-        table = pq.read_table(io.BytesIO(source) if isinstance(source, bytes) else source)
-        _check_schema(table.schema, name)
-        return table
+        return pa.concat_tables(parquet.read() for parquet, _ in _parquet_parts(source, name))
 
 
 def index_block_rows(source: BinaryIO | bytes, name: str | None = None) -> Iterator[pa.RecordBatch]:
-    """The index's rows, a block at a time (memory: one block); CorruptIndex naming `name` (or the
-    stream's) if it does not read as one."""
+    """The index's rows, a block at a time (memory: one block, and one segment's footer); CorruptIndex
+    naming `name` (or the stream's) if it does not read as one."""
+    name = _name_of(source, name)
+    parts = _parquet_parts(source, name)
+    while True:
+        with damage_named(name):
+            parquet, part_name = next(parts, (None, name))
+        if parquet is None:
+            return
+        for number in range(parquet.num_row_groups):
+            with damage_named(name):
+                _check_group(parquet.metadata.row_group(number), number, part_name)
+                batches = parquet.read_row_group(number).to_batches()
+            yield from batches
+
+
+def _parquet_parts(source: BinaryIO | bytes, name: str) -> Iterator[tuple[pq.ParquetFile, str]]:
+    """The parquet files of an index (itself, or its segments in order), each checked as it is
+    opened, with the name its errors give (pyarrow's errors for the caller to name)."""
     import pyarrow.parquet as pq
 
-    name = _name_of(source, name)
-    with damage_named(name):
-        parquet = pq.ParquetFile(io.BytesIO(source) if isinstance(source, bytes) else source)
-        _check_schema(parquet.schema_arrow, name)
-        groups = parquet.num_row_groups
-    for number in range(groups):
-        with damage_named(name):
-            _check_group(parquet.metadata.row_group(number), number, name)
-            batches = parquet.read_row_group(number).to_batches()
-        yield from batches
+    stream = io.BytesIO(source) if isinstance(source, bytes) else source
+    plain, segments = open_segments(stream, name)
+    if plain is not None:
+        _check_schema(plain.schema_arrow, name)
+        yield plain, name
+        return
+    for number, segment in enumerate(segments):
+        parquet = pq.ParquetFile(Window(stream, segment.offset, segment.bytes))
+        part_name = f"{name} (segment {number})"
+        _check_schema(parquet.schema_arrow, part_name)
+        check_segment(parquet, segment, number, name)
+        yield parquet, part_name
 
 
 __all__ = [

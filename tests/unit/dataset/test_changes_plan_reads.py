@@ -25,9 +25,10 @@ def blocks_read(monkeypatch) -> list[int]:
     read: list[int] = []
     real = IndexFile._block
 
-    def spied(self, number):
+    def spied(self, part, number):
+        assert part == 0  # files of one segment
         read.append(number)
-        return real(self, number)
+        return real(self, part, number)
 
     monkeypatch.setattr(IndexFile, "_block", spied)
     monkeypatch.setattr(sample_index, "BLOCK_ROWS", 4)

@@ -151,9 +151,10 @@ def test_rows_matching_reads_only_the_blocks_where_the_keys_fall(tmp_path) -> No
     read: list[int] = []
     real_block = index._block
 
-    def spied(number):  # a spy: which blocks are read, then the real read
+    def spied(part, number):  # a spy: which blocks are read, then the real read
+        assert part == 0  # a plain file: one part
         read.append(number)
-        return real_block(number)
+        return real_block(part, number)
 
     index._block = spied
 
