@@ -306,8 +306,8 @@ def _small_chain(spark, root: str) -> dict[str, str]:
     return {**rows, **appended}
 
 
-def _commit_in_process(root: str, version: str, rows: dict[str, str], parent: str) -> None:
-    """An append of `rows` on `parent` by the writer's own task and commit, in this process (Spark runs
+def _commit_in_process(root: str, version: str, rows: dict[str, str], parent: str, change: str = "append") -> None:
+    """A `change` of `rows` on `parent` by the writer's own task and commit, in this process (Spark runs
     the commit in a Python worker, where a test's fault would not reach)."""
     import pyarrow as pa
 
@@ -315,7 +315,7 @@ def _commit_in_process(root: str, version: str, rows: dict[str, str], parent: st
     from spark_webdataset.spark.writer import WebDatasetWriter
     from tests.support.fenced_committer import SCHEMA
 
-    options = {"path": f"{root}/versions/{version}", "parent": parent, "change": "append"}
+    options = {"path": f"{root}/versions/{version}", "parent": parent, "change": change}
     writer = WebDatasetWriter(WriteOptions.parse(options), SCHEMA, overwrite=True)
     keys = sorted(rows)
     batch = pa.record_batch([pa.array(keys), pa.array([rows[k] for k in keys])], names=["__key__", "txt"])
@@ -395,3 +395,52 @@ def test_a_copied_root_or_an_older_parent_report_is_proven_from_every_live_row(s
     report = validate_version(f"{root}/versions/v1", workers=1, write_report=False)
     assert report.ok and report.index_check.startswith("from every live row"), report.index_check
     _open_reads_exactly(root, "v1", wanted)
+
+
+def test_segmented_index_files_commit_validate_and_read_exactly_through_every_reader(
+    spark, tmp_path, monkeypatch
+) -> None:
+    """An index file past SEGMENT_BLOCKS blocks is written in segments (format/index_segments.py). At
+    8,192-row blocks that takes a million keys, so blocks of 4 rows and segments of 2 blocks are patched
+    in for the commits made in this process; everything after reads the files unpatched, as any
+    reader would (Spark's executors too)."""
+    from spark_webdataset.format import sample_index
+    from spark_webdataset.format.index_segments import open_segments
+
+    def in_segments(version: str, rows: dict[str, str], parent: str, change: str) -> None:
+        with monkeypatch.context() as patched:
+            patched.setattr(sample_index, "BLOCK_ROWS", 4)
+            patched.setattr(sample_index, "SEGMENT_BLOCKS", 2)
+            _commit_in_process(root, version, rows, parent, change)
+
+    def proven_and_read(version: str, wanted: dict[str, str]) -> None:
+        uri = f"{root}/versions/{version}"
+        report = validate_version(uri, workers=1, progress=False, write_report=False)
+        assert report.ok and report.index_check.startswith("from the change"), (report.errors, report.index_check)
+        full = validate_version(uri, workers=1, progress=False, write_report=False, full=True)
+        assert full.ok, full.errors
+        _publish(root, version)
+        _open_reads_exactly(root, version, wanted)
+
+    root = str(tmp_path / "data")
+    expected = _small_chain(spark, root)
+    appended = {f"k{i:03d}": f"v2 {i}" for i in range(200, 260)}
+    in_segments("v2", appended, "v1", "append")
+    v2 = Dataset(root).version("v2")
+    with open(v2.path(v2.read_manifest().sample_index), "rb") as stream:
+        plain, segments = open_segments(stream, "v2's index")
+    assert plain is None and len(segments) >= 8  # written in segments
+    expected_v2 = {**expected, **appended}
+    proven_and_read("v2", expected_v2)
+    upserted = {"k005": "v3 upserted", "k101": "v3 upserted", "k230": "v3 upserted", "k300": "v3 new"}
+    in_segments("v3", upserted, "v2", "upsert")  # its plan reads v2's segments
+    expected_v3 = {**expected_v2, **upserted}
+    proven_and_read("v3", expected_v3)
+    uri = f"{root}/versions/v3"
+    frame = spark.read.format("webdataset").options(keyMin="k100", keyMax="k239").load(uri).select("__key__", "txt")
+    assert {row[0]: bytes(row[1]).decode() for row in frame.collect()} == {
+        k: v for k, v in expected_v3.items() if "k100" <= k <= "k239"
+    }
+    index = json.loads(Path(uri, "shardindex.json").read_text())
+    urls = [str(Path(uri, entry["url"]).resolve()) for entry in index["shardlist"]]
+    assert {s["__key__"]: s["txt"].decode() for s in wds.WebDataset(urls, shardshuffle=False)} == expected_v3
