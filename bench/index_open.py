@@ -1,7 +1,7 @@
 """What a reader process pays to open a large sample index and answer its first keys
 (format.sample_index.IndexFile, as `open()`, the Spark reader's key options and change plans use it).
 
-    .venv/bin/python bench/index_open.py            # 10M and 30M keys
+    .venv/bin/python bench/index_open.py            # 10M, 30M and 100M keys (~5 min, 4 GB of /tmp)
     .venv/bin/python bench/index_open.py --quick    # 2M keys
 
 One index of --keys rows (blocks of 8,192, keys as the bench's shards hold them) written twice:
@@ -13,8 +13,8 @@ One index of --keys rows (blocks of 8,192, keys as the bench's shards hold them)
 Each run is a fresh Python process (its RSS is the figure) that opens the file through the ranged
 reads a bucket would serve (LocalStorage.read_range, counted by a spy that calls the real one),
 then looks up --gets keys spread over the whole index. Reported per run: RSS growth from before the
-open to after the gets, ranged reads and bytes to open and answer the first key, and the gets'
-time. The time figure is the whole process (interpreter start and imports included, the same
+open to after the first get and after all the gets, ranged reads and bytes to open and answer the
+first key and all of them, and their time. The time figure is the whole process (interpreter start and imports included, the same
 for both).
 """
 
@@ -59,7 +59,8 @@ before = rss()
 started = time.perf_counter()
 index = IndexFile(lambda: RangeFile(LocalStorage(), path, os.path.getsize(path)), cache_blocks=16)
 assert index.get(keys[0]).key == keys[0]
-first = {"first_get_s": time.perf_counter() - started, "first_get_reads": reads[0], "first_get_bytes": reads[1]}
+first = {"first_get_s": time.perf_counter() - started, "first_get_reads": reads[0], "first_get_bytes": reads[1],
+         "first_get_rss_mib": round((rss() - before) / 2**20, 1)}
 for key in keys[1:]:
     assert index.get(key).key == key
 print(json.dumps({**first, "gets_s": time.perf_counter() - started, "reads": reads[0], "bytes_read": reads[1],
@@ -68,7 +69,9 @@ print(json.dumps({**first, "gets_s": time.perf_counter() - started, "reads": rea
 
 
 def flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--keys", type=int, nargs="+", default=[10_000_000, 30_000_000], help="rows of each index")
+    parser.add_argument(
+        "--keys", type=int, nargs="+", default=[10_000_000, 30_000_000, 100_000_000], help="rows of each index"
+    )
     parser.add_argument("--gets", type=int, default=100, help="keys looked up after the open")
 
 
@@ -114,7 +117,10 @@ def probe(path: str, keys: list[str]) -> dict[str, Any]:
 def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
     cases, notes = [], []
     for count in args.keys:
-        plain, segmented = str(Path(workdir) / f"plain-{count}.parquet"), str(Path(workdir) / f"segmented-{count}.parquet")
+        plain, segmented = (
+            str(Path(workdir) / f"plain-{count}.parquet"),
+            str(Path(workdir) / f"segmented-{count}.parquet"),
+        )
         write(plain, count, segment_blocks=1 << 30)  # one segment: the whole file, as before segments
         write(segmented, count, segment_blocks=None)
         picks = np.random.default_rng(30).choice(count, size=args.gets, replace=False)
@@ -131,9 +137,10 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
         for name in contenders:
             last = [r for r in case["contenders"][name]["runs"] if not r["warmup"]][-1]
             notes.append(
-                f"{count:,} keys, {name}: RSS +{last['rss_growth_mib']} MiB; first get {last['first_get_reads']} "
+                f"{count:,} keys, {name}: first get +{last['first_get_rss_mib']} MiB RSS, {last['first_get_reads']} "
                 f"reads / {last['first_get_bytes'] / 2**20:.2f} MiB in {last['first_get_s'] * 1000:.0f} ms; "
-                f"{args.gets} gets {last['reads']} reads / {last['bytes_read'] / 2**20:.1f} MiB in {last['gets_s']:.2f} s"
+                f"{args.gets} gets +{last['rss_growth_mib']} MiB, {last['reads']} reads / "
+                f"{last['bytes_read'] / 2**20:.1f} MiB in {last['gets_s']:.2f} s"
             )
     return {"cases": cases, "notes": notes}
 

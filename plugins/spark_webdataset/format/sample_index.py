@@ -1,13 +1,14 @@
 """The sample index: where every sample of a version lies, sorted by key.
 
-One parquet file a version: `key`, `shard` (its name in the manifest),
+One file a version (or a layer): `key`, `shard` (its name in the manifest),
 `offset` (of the sample's first header), `length` (all its members,
 headers and padding: a sample's bytes are contiguous) and `crc32c` of those
-bytes, sorted by key, in blocks (row groups) of `BLOCK_ROWS` rows with
-min/max statistics on the key only. The footer is the directory: a lookup
-by key reads it once and then one block; by position, the blocks' row
-counts say which. Parquet because pyarrow reads one block of it by ranged
-reads, and Spark or pandas read the whole index as a table.
+bytes, sorted by key, in blocks (parquet row groups) of `BLOCK_ROWS` rows with
+min/max statistics on the key only. Up to SEGMENT_BLOCKS blocks it is one
+parquet file whose footer is the directory; past that, segments of parquet
+files and a directory of them (index_segments). A lookup by key reads the
+directory once, then one block; by position, the blocks' row counts say which.
+Parquet because pyarrow reads one block of it by ranged reads.
 
 The index is also what proves keys unique: each writer task sorts its rows
 into a run (`TASK_SCHEMA`, the shard as the task's sequence number), and
@@ -39,7 +40,7 @@ from .tar_rules import BLOCK
 if TYPE_CHECKING:  # imported where used: a writer task needs only the Arrow run, not parquet
     import pyarrow.parquet as pq
 
-INDEX_KIND = "spark-webdataset-sample-index-v1"  # in the parquet file's key-value metadata
+INDEX_KIND = "spark-webdataset-sample-index-v1"  # the schema's metadata (store_schema=False: not in the file)
 # 8192 rows a block: a million synthetic samples (tests/unit/format/test_sample_index.py) gave a
 # footer under 64 KiB (one read) and 47 KiB blocks; other sizes were not benchmarked.
 BLOCK_ROWS = 8192
