@@ -7,6 +7,8 @@ replaces its `_index/*.parquet` or `_manifest.json` (the shards stay intact) wit
   2**62, nulls) and crc32c values (real ones, any uint32, nulls);
 - byte-level damage to the index file (cut, bytes overwritten, garbage appended), with or without
   the manifest's size of it following;
+- either of those written in segments (format/index_segments.py: blocks of 4 rows, 2 a segment, for
+  the write alone), and a segmented index whose directory has a value replaced somewhere in its JSON;
 - a manifest with a value replaced somewhere in its JSON tree, or its bytes damaged.
 Then `open()` (`get`, `[i]`, `keys()`), the Spark reader's planning and tasks called directly (key
 options: the ranged path), and the CLI's `get` (`cli.main`, in process) must answer with a sample
@@ -29,8 +31,10 @@ import resource
 import shutil
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -39,6 +43,8 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType  #
 import spark_webdataset
 from spark_webdataset import cli
 from spark_webdataset.errors import EXIT_BAD_INPUT, EXIT_FAILED, WebDatasetError
+from spark_webdataset.format import index_segments, sample_index
+from spark_webdataset.format.index_segments import open_segments
 from spark_webdataset.format.sample_index import INDEX_SCHEMA, read_index, write_index
 from spark_webdataset.spark.options import KeyRange, ReadOptions
 from spark_webdataset.spark.reader import ShardPartition, WebDatasetReader
@@ -145,12 +151,29 @@ def _rows_strategy(template: Template):
     return st.one_of(st.lists(edit, min_size=1, max_size=3).map(edited), made_up)
 
 
-def _rows_file(rows: list[dict], order: str) -> bytes:
+def _rows_file(rows: list[dict], order: str, segmented: bool = False) -> bytes:
+    """`rows` as an index file; `segmented`: in segments of 2 blocks of 4 rows (a few rows make many)."""
     if order == "sorted":
         rows = sorted(rows, key=lambda row: (row["key"] is None, row["key"] or ""))
     sink = pa.BufferOutputStream()
-    write_index([pa.RecordBatch.from_pylist(rows, schema=INDEX_SCHEMA)], sink)
+    with mock.patch.object(sample_index, "BLOCK_ROWS", 4 if segmented else sample_index.BLOCK_ROWS):
+        write_index(
+            [pa.RecordBatch.from_pylist(rows, schema=INDEX_SCHEMA)], sink, segment_blocks=2 if segmented else None
+        )
     return sink.getvalue().to_pybytes()
+
+
+def _with_directory(data: bytes, document) -> bytes:
+    """A segmented index's segments with a tail whose directory is `document` (any JSON)."""
+    plain, segments = open_segments(io.BytesIO(data), "index")
+    assert plain is None
+    sink = io.BytesIO()
+    tail = pq.ParquetWriter(sink, index_segments.TAIL_SCHEMA, store_schema=False)
+    tail.add_key_value_metadata(
+        {"kind": index_segments.DIRECTORY_KIND, index_segments.DIRECTORY_KEY: json.dumps(document)}
+    )
+    tail.close()
+    return data[: segments[-1].offset + segments[-1].bytes] + sink.getvalue()
 
 
 _damage = st.lists(
@@ -310,11 +333,14 @@ def _report():
 
 def test_fuzz_index_rows(template: Template) -> None:
     @FUZZ
-    @given(data=st.data(), order=st.sampled_from(["sorted", "as drawn"]), keys=_keys, positions=_positions)
-    def run(data, order, keys, positions) -> None:
+    @given(
+        data=st.data(), order=st.sampled_from(["sorted", "as drawn"]), segmented=st.booleans(), keys=_keys,
+        positions=_positions,
+    )  # fmt: skip
+    def run(data, order, segmented, keys, positions) -> None:
         template.restore()
         rows, edited = data.draw(_rows_strategy(template))
-        template.set_index(_rows_file(rows, order))
+        template.set_index(_rows_file(rows, order, segmented))
         asked = [key for key in edited if isinstance(key, str)] + keys  # the damaged rows are read
         _bounded(lambda: _exercise(template, "index rows", asked, positions))
 
@@ -324,10 +350,11 @@ def test_fuzz_index_rows(template: Template) -> None:
 
 def test_fuzz_index_bytes(template: Template) -> None:
     @FUZZ
-    @given(damage=_damage, follow=st.booleans(), keys=_keys, positions=_positions)
-    def run(damage, follow, keys, positions) -> None:
+    @given(damage=_damage, follow=st.booleans(), segmented=st.booleans(), keys=_keys, positions=_positions)
+    def run(damage, follow, segmented, keys, positions) -> None:
         template.restore()
-        template.set_index(_damaged(template.index_bytes, damage), follow)
+        intact = _rows_file(template.rows, "sorted", segmented=True) if segmented else template.index_bytes
+        template.set_index(_damaged(intact, damage), follow)
         _bounded(lambda: _exercise(template, "index bytes", keys, positions))
 
     run()
@@ -353,6 +380,28 @@ def test_fuzz_manifest(template: Template) -> None:
 
     run()
     assert COUNTS["manifest"]["inputs"] >= min(EXAMPLES, 20) and COUNTS["manifest"]["typed errors"] > 0
+
+
+def test_fuzz_segment_directory(template: Template) -> None:
+    intact = _rows_file(template.rows, "sorted", segmented=True)
+    tail = pq.ParquetFile(io.BytesIO(intact)).metadata.metadata
+    directory = json.loads(tail[index_segments.DIRECTORY_KEY.encode()])
+
+    @FUZZ
+    @given(choice=st.integers(0, 10_000), value=_json_values, delete=st.booleans(), keys=_keys, positions=_positions)
+    def run(choice, value, delete, keys, positions) -> None:
+        template.restore()
+        document = json.loads(json.dumps(directory))
+        paths = list(_paths(document))
+        template.set_index(_with_directory(intact, _replaced(document, paths[choice % len(paths)], value, delete)))
+        _bounded(lambda: _exercise(template, "segment directory", keys, positions))
+
+    template.set_index(intact)  # intact, segments read every sample right
+    samples = spark_webdataset.open(str(template.version))
+    assert {key: samples.get(key) for key in template.expected} == template.expected
+    run()
+    counts = COUNTS["segment directory"]
+    assert counts["inputs"] >= min(EXAMPLES, 20) and counts["typed errors"] > 0
 
 
 def test_fuzz_the_mutation_of_issue_29_is_caught() -> None:
