@@ -43,7 +43,7 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType  #
 import spark_webdataset
 from spark_webdataset import cli
 from spark_webdataset.errors import EXIT_BAD_INPUT, EXIT_FAILED, WebDatasetError
-from spark_webdataset.format import index_segments, sample_index
+from spark_webdataset.format import index_segments, key_filter, sample_index
 from spark_webdataset.format.index_segments import open_segments
 from spark_webdataset.format.sample_index import INDEX_SCHEMA, read_index, write_index
 from spark_webdataset.spark.options import KeyRange, ReadOptions
@@ -170,10 +170,11 @@ def _with_directory(data: bytes, document) -> bytes:
     sink = io.BytesIO()
     tail = pq.ParquetWriter(sink, index_segments.TAIL_SCHEMA, store_schema=False)
     tail.add_key_value_metadata(
-        {"kind": index_segments.DIRECTORY_KIND, index_segments.DIRECTORY_KEY: json.dumps(document)}
-    )
+        {"kind": index_segments.DIRECTORY_KIND, index_segments.DIRECTORY_KEY: json.dumps(document),
+         index_segments.FILTER_KEY: key_filter.KIND}
+    )  # fmt: skip
     tail.close()
-    return data[: segments[-1].offset + segments[-1].bytes] + sink.getvalue()
+    return data[: segments[-1].end] + sink.getvalue()
 
 
 _damage = st.lists(

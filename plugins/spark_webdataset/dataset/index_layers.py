@@ -141,12 +141,13 @@ def rows_in_shards(batch: pa.RecordBatch, shards: frozenset[str]) -> pa.RecordBa
     return batch.filter(pc.is_in(batch.column(1), value_set=pa.array(mine, batch.schema.field(1).type)))
 
 
-def part_rows(part: IndexPart, name: str | None = None) -> Iterator[pa.RecordBatch]:
-    """Every row of one file, a block at a time, as read (CorruptIndex naming it if damaged)."""
+def part_rows(part: IndexPart, name: str | None = None, check_filters: bool = False) -> Iterator[pa.RecordBatch]:
+    """Every row of one file, a block at a time, as read (CorruptIndex naming it if damaged; with
+    `check_filters`, also if a block's key filter says no to one of its keys)."""
     from ..format.sample_index import index_block_rows
 
     with storage_for(part.uri).open_read(part.uri) as stream:
-        yield from index_block_rows(stream, name or part.uri)
+        yield from index_block_rows(stream, name or part.uri, check_filters)
 
 
 def file_rows(part: IndexPart) -> int:
@@ -159,9 +160,13 @@ def locations(manifest: Manifest) -> frozenset[str]:
     return frozenset(shard.location for shard in manifest.shards)
 
 
-def merged_live_rows(parts: list[IndexPart], listed: frozenset[str]) -> Iterator[pa.RecordBatch]:
+def merged_live_rows(
+    parts: list[IndexPart], listed: frozenset[str], check_filters: bool = False
+) -> Iterator[pa.RecordBatch]:
     """Every live row of `parts`, in key order (memory: one block per part)."""
-    for batch, _ in merge_blocks(live_rows(part, listed, part_rows(part)) for part in parts):
+    for batch, _ in merge_blocks(
+        live_rows(part, listed, part_rows(part, check_filters=check_filters)) for part in parts
+    ):
         yield batch
 
 

@@ -500,12 +500,15 @@ def _index_rows(version: Version, manifest: Manifest, full: bool = False) -> Ind
         return None
     path = version.path(manifest.sample_index)
     storage = version.storage
+    # Every block read here is checked against its key filter: a child's proof skips the blocks of
+    # this version's file whose filter says no, trusting this report's identity of the file.
     if full and manifest.sample_index_layers:  # every shard opened: every live row, over the layers
-        return lambda: merged_live_rows(index_parts(version, manifest), locations(manifest))
+        return lambda: merged_live_rows(index_parts(version, manifest), locations(manifest), check_filters=True)
 
     def rows() -> Iterator[pa.RecordBatch]:
         with storage.open_read(path) as stream:
-            yield from index_block_rows(stream) if full else _own_rows(index_block_rows(stream))
+            every = index_block_rows(stream, check_filters=True)
+            yield from every if full else _own_rows(every)
 
     return rows
 

@@ -15,6 +15,7 @@ The tail's schema is not the index's, so code that knows only plain indexes refu
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import pyarrow as pa
 
 from ..errors import CorruptIndex
+from . import key_filter
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 SEGMENT_BLOCKS = 128  # blocks a segment: 1,048,576 rows of 8,192 a block, a footer of ~46 KiB
 DIRECTORY_KIND = "spark-webdataset-sample-index-directory-v1"  # the tail's key-value metadata, "kind"
 DIRECTORY_KEY = "segments"  # the tail's key-value metadata: the directory, as JSON
+FILTER_KEY = "filter"  # the tail's key-value metadata: the kind of the blocks' key filters
 TAIL_SCHEMA = pa.schema([("segmented_sample_index", pa.string())])
 
 
@@ -38,10 +41,15 @@ class Segment:
     """One segment as the directory lists it."""
 
     offset: int
-    bytes: int
+    bytes: int  # of its parquet file
     rows: int
     first_key: str
     last_key: str
+    filter_bytes: int  # its blocks' key filters, right after its parquet file (key_filter)
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.bytes + self.filter_bytes
 
 
 class Window(io.RawIOBase):
@@ -111,31 +119,49 @@ class SegmentedWriter:
         self._segments: list[Segment] = []
         self._started = self._rows = 0
         self._first = self._last = ""
+        self._filters: list[bytes] = []  # the open segment's blocks', in order
+        self._pending = b""  # the last closed segment's, not yet written
 
     def write(self, table: pa.Table, row_group_rows: int) -> None:
         while len(table):
             if self._writer is None:
+                self._write_filters()  # the last segment's: another follows, so this is no plain file
                 self._started, self._rows = self._sink.position, 0  # before the writer puts its magic
                 self._writer = self._new_writer(self._sink)
                 self._first = table.column("key")[0].as_py()
             part = table.slice(0, self._segment_rows - self._rows)
             self._writer.write_table(part, row_group_size=row_group_rows)
+            keys = part.column("key").combine_chunks()
+            self._filters.extend(
+                key_filter.build(keys.slice(at, row_group_rows)) for at in range(0, len(keys), row_group_rows)
+            )
             self._rows += len(part)
-            self._last = part.column("key")[len(part) - 1].as_py()
+            self._last = keys[len(keys) - 1].as_py()
             if self._rows == self._segment_rows:
                 self._end_segment()
             table = table.slice(len(part))
 
     def _end_segment(self) -> None:
+        """Close the segment's parquet file; its filters wait until another segment or the tail follows."""
         assert self._writer is not None
         self._writer.close()
         self._writer = None
+        self._pending = b"".join(self._filters)
+        self._filters = []
         self._segments.append(
-            Segment(self._started, self._sink.position - self._started, self._rows, self._first, self._last)
-        )
+            Segment(
+                self._started, self._sink.position - self._started, self._rows, self._first, self._last,
+                len(self._pending),
+            )
+        )  # fmt: skip
+
+    def _write_filters(self) -> None:
+        self._sink.write(self._pending)
+        self._pending = b""
 
     def close(self) -> None:
-        """End the last segment; with more than one, write the tail (with none, an empty index)."""
+        """End the last segment; with more than one, write the tail (with none, an empty index). One
+        segment is a plain parquet file, without filters (a reader reads its few blocks)."""
         import pyarrow.parquet as pq
 
         if self._writer is not None:
@@ -143,9 +169,12 @@ class SegmentedWriter:
         if not self._segments:
             self._new_writer(self._sink).close()
         elif len(self._segments) > 1:
+            self._write_filters()
             columns = {name: [getattr(s, name) for s in self._segments] for name in Segment.__dataclass_fields__}
             tail = pq.ParquetWriter(self._sink, TAIL_SCHEMA, store_schema=False)
-            tail.add_key_value_metadata({"kind": DIRECTORY_KIND, DIRECTORY_KEY: json.dumps(columns)})
+            tail.add_key_value_metadata(
+                {"kind": DIRECTORY_KIND, DIRECTORY_KEY: json.dumps(columns), FILTER_KEY: key_filter.KIND}
+            )
             tail.close()
 
 
@@ -160,6 +189,11 @@ def open_segments(source: BinaryIO, name: str) -> tuple[pq.ParquetFile | None, l
         return parquet, []
     size = source.seek(0, io.SEEK_END)
     tail = len(b"PAR1") + parquet.metadata.serialized_size + 8  # no rows: magic, footer, its length, magic
+    kind = metadata.get(FILTER_KEY.encode(), b"").decode(errors="replace")
+    if kind != key_filter.KIND:
+        raise CorruptIndex(
+            f"{name}: its key filters are of kind {kind[:80]!r}, not {key_filter.KIND!r} (the one this version reads)"
+        )
     return None, _directory(metadata.get(DIRECTORY_KEY.encode()), size - tail, name)
 
 
@@ -177,16 +211,45 @@ def _directory(document: bytes | None, tail_at: int, name: str) -> list[Segment]
     at = 0
     for number, segment in enumerate(segments):
         kinds = [type(value) for value in asdict(segment).values()]
-        if kinds != [int, int, int, str, str]:
+        if kinds != [int, int, int, str, str, int]:
             raise damaged(f"lists segment {number} with values of types {[kind.__name__ for kind in kinds]}")
-        if segment.offset != at or segment.bytes <= 0 or segment.rows <= 0 or segment.first_key > segment.last_key:
+        if (
+            segment.offset != at or segment.bytes <= 0 or segment.rows <= 0 or segment.filter_bytes < 0
+            or segment.first_key > segment.last_key
+        ):  # fmt: skip
             raise damaged(f"lists segment {number} as {asdict(segment)} (it should start at byte {at})")
         if number and segment.first_key < segments[number - 1].last_key:
             raise damaged(f"lists segment {number}'s keys before segment {number - 1}'s")
-        at += segment.bytes
+        at = segment.end
     if len(segments) < 2 or at != tail_at:
         raise damaged(f"lists {len(segments)} segments ending at byte {at}, not where the tail starts ({tail_at})")
     return segments
+
+
+def block_filters(source: BinaryIO, segment: Segment, block_rows: list[int], number: int, name: str) -> list[bytes]:
+    """The key filters of a segment's blocks (of `block_rows` rows each, by its footer), in one read."""
+    sizes = [key_filter.filter_bytes(rows) for rows in block_rows]
+    if sum(sizes) != segment.filter_bytes:
+        raise CorruptIndex(
+            f"{name}: segment {number}'s key filters are {segment.filter_bytes} bytes, its {len(sizes)} blocks "
+            f"need {sum(sizes)}: the index is damaged"
+        )
+    source.seek(segment.offset + segment.bytes)
+    data = source.read(segment.filter_bytes)
+    if len(data) != segment.filter_bytes:
+        raise CorruptIndex(f"{name}: segment {number}'s key filters end past the end of the file: the index is damaged")
+    starts = [0, *itertools.accumulate(sizes)]
+    return [data[start:end] for start, end in zip(starts, starts[1:])]
+
+
+def check_block_filter(block_filter: bytes, keys: pa.Array, where: str) -> None:
+    """A block's filter says yes to each of the block's keys (whoever reads a block whole checks it)."""
+    held = key_filter.may_hold(block_filter, keys)
+    if not held.all():
+        missing = keys[int(held.argmin())].as_py()
+        raise CorruptIndex(
+            f"{where}: its key filter says key {missing!r} is not in it, but it is: the index is damaged"
+        )
 
 
 def check_segment(parquet: pq.ParquetFile, segment: Segment, number: int, name: str) -> None:
@@ -211,4 +274,7 @@ def check_segment(parquet: pq.ParquetFile, segment: Segment, number: int, name: 
         )
 
 
-__all__ = ["SEGMENT_BLOCKS", "Segment", "SegmentedWriter", "Window", "check_segment", "open_segments"]
+__all__ = [
+    "SEGMENT_BLOCKS", "Segment", "SegmentedWriter", "Window", "block_filters", "check_block_filter", "check_segment",
+    "open_segments",
+]  # fmt: skip

@@ -33,7 +33,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import CorruptIndex, WebDatasetError
-from .index_segments import SEGMENT_BLOCKS, Segment, SegmentedWriter, Window, check_segment, open_segments
+from . import key_filter
+from .index_segments import (
+    SEGMENT_BLOCKS,
+    Segment,
+    SegmentedWriter,
+    Window,
+    block_filters,
+    check_block_filter,
+    check_segment,
+    open_segments,
+)
 from .keys import key_column
 from .tar_rules import BLOCK
 
@@ -434,12 +444,28 @@ class IndexFile:
         for part_number, part_low, part_high in parts:
             part = self._part(part_number)
             in_part = keys.slice(part_low, part_high - part_low)
-            for number, low, high in _spans(part.first_keys, in_part):
+            spans = list(_spans(part.first_keys, in_part))
+            filters = self._filters(part_number, part) if self._segments and len(spans) > 1 else None
+            for number, low, high in spans:
+                wanted = in_part.slice(low, high - low)
+                if filters is not None:  # a block none of whose keys may hold is not read
+                    held = key_filter.may_hold(filters[number], wanted)
+                    if not held.any():
+                        continue
+                    wanted = wanted.filter(pa.array(held))
                 table = self._block(part_number, number).table
-                wanted = in_part.slice(low, high - low).cast(table.schema.field("key").type)
+                wanted = wanted.cast(table.schema.field("key").type)
                 matched = table.filter(pc.is_in(table.column("key"), value_set=wanted))
                 if matched.num_rows:
                     yield matched
+
+    def _filters(self, part_number: int, part: _Part) -> list[bytes]:
+        """The key filters of a segment's blocks (one read; read when a lookup's keys fall in more
+        than one of its blocks: for one block the block itself is the one read)."""
+        rows = [*(b - a for a, b in itertools.pairwise(part.starts)), part.rows - part.starts[-1]]
+        with self._lock, damage_named(self.name):
+            assert self._source is not None
+            return block_filters(self._source, self._segments[part_number], rows, part_number, self.name)
 
     def blocks_overlapping(self, ranges: Iterable[tuple[str, str]]) -> Iterator[pa.Table]:
         """The blocks that may hold a key between `first` and `last` (inclusive) of any of `ranges`,
@@ -533,43 +559,57 @@ def read_index(source: BinaryIO | bytes, name: str | None = None) -> pa.Table:
     naming `name` (or the stream's) if it does not read as one."""
     name = _name_of(source, name)
     with damage_named(name):
-        return pa.concat_tables(parquet.read() for parquet, _ in _parquet_parts(source, name))
+        return pa.concat_tables(parquet.read() for parquet, _, _ in _parquet_parts(source, name))
 
 
-def index_block_rows(source: BinaryIO | bytes, name: str | None = None) -> Iterator[pa.RecordBatch]:
+def index_block_rows(
+    source: BinaryIO | bytes, name: str | None = None, check_filters: bool = False
+) -> Iterator[pa.RecordBatch]:
     """The index's rows, a block at a time (memory: one block, and one segment's footer); CorruptIndex
-    naming `name` (or the stream's) if it does not read as one."""
+    naming `name` (or the stream's) if it does not read as one. `check_filters`: each block's key
+    filter must hold each of its keys (what a lookup that skips blocks by them relies on)."""
     name = _name_of(source, name)
-    parts = _parquet_parts(source, name)
+    parts = _parquet_parts(source, name, check_filters)
     while True:
         with damage_named(name):
-            parquet, part_name = next(parts, (None, name))
+            parquet, part_name, filters = next(parts, (None, name, None))
         if parquet is None:
             return
         for number in range(parquet.num_row_groups):
             with damage_named(name):
                 _check_group(parquet.metadata.row_group(number), number, part_name)
-                batches = parquet.read_row_group(number).to_batches()
-            yield from batches
+                block = parquet.read_row_group(number)
+                if filters is not None:
+                    check_block_filter(
+                        filters[number], block.column("key").combine_chunks(), f"{part_name} block {number}"
+                    )
+            yield from block.to_batches()
 
 
-def _parquet_parts(source: BinaryIO | bytes, name: str) -> Iterator[tuple[pq.ParquetFile, str]]:
+def _parquet_parts(
+    source: BinaryIO | bytes, name: str, with_filters: bool = False
+) -> Iterator[tuple[pq.ParquetFile, str, list[bytes] | None]]:
     """The parquet files of an index (itself, or its segments in order), each checked as it is
-    opened, with the name its errors give (pyarrow's errors for the caller to name)."""
+    opened, with the name its errors give and, if asked, its blocks' key filters (pyarrow's errors
+    for the caller to name)."""
     import pyarrow.parquet as pq
 
     stream = io.BytesIO(source) if isinstance(source, bytes) else source
     plain, segments = open_segments(stream, name)
     if plain is not None:
         _check_schema(plain.schema_arrow, name)
-        yield plain, name
+        yield plain, name, None
         return
     for number, segment in enumerate(segments):
         parquet = pq.ParquetFile(Window(stream, segment.offset, segment.bytes))
         part_name = f"{name} (segment {number})"
         _check_schema(parquet.schema_arrow, part_name)
         check_segment(parquet, segment, number, name)
-        yield parquet, part_name
+        filters = None
+        if with_filters:
+            rows = [parquet.metadata.row_group(group).num_rows for group in range(parquet.num_row_groups)]
+            filters = block_filters(stream, segment, rows, number, name)
+        yield parquet, part_name, filters
 
 
 __all__ = [

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_webdataset.errors import CorruptIndex
-from spark_webdataset.format import index_segments, sample_index
+from spark_webdataset.format import index_segments, key_filter, sample_index
 from spark_webdataset.format.index_segments import open_segments
 from spark_webdataset.format.sample_index import INDEX_SCHEMA, IndexFile, index_block_rows, read_index, write_index
 from spark_webdataset.storage.base import RangeFile
@@ -123,10 +123,12 @@ def _tampered(data: bytes, change) -> bytes:
     assert plain is None
     columns = {name: [getattr(s, name) for s in segments] for name in index_segments.Segment.__dataclass_fields__}
     change(columns)
-    tail_at = segments[-1].offset + segments[-1].bytes
+    tail_at = segments[-1].end
     sink = io.BytesIO()
     writer = pq.ParquetWriter(sink, index_segments.TAIL_SCHEMA, store_schema=False)
-    writer.add_key_value_metadata({"kind": index_segments.DIRECTORY_KIND, "segments": json.dumps(columns)})
+    writer.add_key_value_metadata(
+        {"kind": index_segments.DIRECTORY_KIND, "segments": json.dumps(columns), "filter": key_filter.KIND}
+    )
     writer.close()
     return data[:tail_at] + sink.getvalue()
 
@@ -160,3 +162,64 @@ def test_a_truncated_segmented_index_is_refused() -> None:
     for cut in (len(data) - 1, len(data) // 2, 3):
         with pytest.raises(CorruptIndex, match="index.parquet"):
             list(index_block_rows(data[:cut], "index.parquet"))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    keys=st.lists(st.text(max_size=12), max_size=300, unique=True), others=st.lists(st.text(max_size=12), max_size=50)
+)
+def test_a_key_filter_never_says_no_to_a_key_it_was_built_from(keys, others) -> None:
+    """Unicode, empty and long keys, any count: the one property a lookup that skips blocks relies on."""
+    built = key_filter.build(pa.array(keys, pa.string()))
+    assert len(built) == key_filter.filter_bytes(len(keys))
+    assert key_filter.may_hold(built, pa.array(keys, pa.large_string())).all()
+    assert key_filter.may_hold(built, pa.array(keys + others, pa.string()).slice(len(keys))).shape == (len(others),)
+
+
+def test_key_filters_answer_rarely_for_absent_keys() -> None:
+    keys = pa.array([f"{n:016x}" for n in range(0, 8192 * 7919, 7919)])
+    absent = pa.array([f"{n:016x}" for n in range(1, 200_000 * 7919, 7919)])  # none of them a key
+    assert key_filter.may_hold(key_filter.build(keys), absent).mean() < 0.002  # ~0.05 % at 16 bits, 11 probes
+
+
+def _blocks_read(index: IndexFile) -> list[tuple[int, int]]:
+    read: list[tuple[int, int]] = []
+    real = index._block
+
+    def spied(part, number):  # a spy: which blocks are read, then the real read
+        read.append((part, number))
+        return real(part, number)
+
+    index._block = spied
+    return read
+
+
+def test_rows_matching_reads_only_the_blocks_whose_filters_may_hold_a_key() -> None:
+    keys = [f"k{i:05d}" for i in range(400)]  # 100 blocks of 4, 10 segments of 10
+    index = _index(_written(keys, 10), cache_blocks=0)
+    read = _blocks_read(index)
+    absent = sorted(f"{key}x" for key in keys)  # one absent key in every block
+    assert _flat(index.rows_matching(pa.array(absent))) == []
+    assert len(read) <= 3, read  # false positives only (~0.05 % a key)
+    read.clear()
+    wanted = sorted([*absent, keys[13], keys[250], keys[251]])
+    assert _flat(index.rows_matching(pa.array(wanted))) == [keys[13], keys[250], keys[251]]
+    assert {(0, 3), (6, 2)} <= set(read) and len(read) <= 5, read  # k00013: segment 0, block 3; k00250-1: 6, 2
+    read.clear()
+    assert _flat(index.rows_matching(pa.array([keys[13]]))) == [keys[13]]  # one block: read, no filter
+    assert read == [(0, 3)]
+
+
+def test_a_filter_that_says_no_to_its_own_key_fails_a_whole_read_that_checks_filters() -> None:
+    keys = [f"k{i:05d}" for i in range(40)]
+    data = bytearray(_written(keys, 2))
+    _, segments = open_segments(io.BytesIO(bytes(data)), "x")
+    second = segments[2]
+    start = second.offset + second.bytes
+    data[start : start + second.filter_bytes] = bytes(second.filter_bytes)  # segment 2's filters: all zero
+    damaged = bytes(data)
+    assert pa.Table.from_batches(list(index_block_rows(damaged, "index.parquet")), INDEX_SCHEMA).num_rows == 40
+    with pytest.raises(CorruptIndex, match=r"index\.parquet \(segment 2\) block 0: its key filter says key 'k00016'"):
+        list(index_block_rows(damaged, "index.parquet", check_filters=True))
+    # what the check guards: a lookup trusting those filters would not find segment 2's keys
+    assert _flat(_index(damaged).rows_matching(pa.array(keys))) == keys[:16] + keys[24:]
