@@ -47,18 +47,22 @@ def may_hold(block_filter: bytes | memoryview, keys: pa.Array) -> np.ndarray:
     for start in range(0, len(keys), _ROUNDS):
         probes = _probes(keys.slice(start, _ROUNDS), len(words) * 8)
         set_bits = (words[probes >> np.uint32(3)] >> (probes & np.uint32(7)).astype(np.uint8)) & 1
-        out[start : start + len(probes)] = set_bits.all(axis=1)
+        out[start : start + probes.shape[1]] = set_bits.all(axis=0)
     return out
 
 
 def _probes(keys: pa.Array, bits: int) -> np.ndarray:
-    """(keys, HASHES) bit positions in a filter of `bits` bits (at most 2^32): the hash's two halves
+    """(HASHES, keys) bit positions in a filter of `bits` bits (at most 2^32): the hash's two halves
     make the probes."""
     hashed = _hash(keys)
-    first = (hashed & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    second = (hashed >> np.uint64(32)).astype(np.uint32) | np.uint32(1)
-    steps = np.arange(HASHES, dtype=np.uint32)
-    return (first[:, None] + steps[None, :] * second[:, None]) & np.uint32(bits - 1)
+    position = (hashed & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    step = (hashed >> np.uint64(32)).astype(np.uint32) | np.uint32(1)
+    out = np.empty((HASHES, len(position)), dtype=np.uint32)
+    mask = np.uint32(bits - 1)
+    for probe in range(HASHES):
+        np.bitwise_and(position, mask, out=out[probe])
+        position += step
+    return out
 
 
 def _hash(keys: pa.Array) -> np.ndarray:
@@ -72,9 +76,10 @@ def _hash(keys: pa.Array) -> np.ndarray:
     starts, lengths = offsets[:-1], np.diff(offsets)
     sums = lengths.astype(np.uint64)
     longest = int(lengths.max(initial=0))
-    if longest and len(np.unique(lengths[:64])) == 1 and (lengths == longest).all():  # one length: no masks
-        for at in range(longest):
-            sums = sums * _POLY + data[starts + at]
+    if longest and (lengths == longest).all():  # one length (ids mostly are): the bytes as a matrix
+        matrix = data[int(starts[0]) : int(starts[0]) + len(keys) * longest].reshape(len(keys), longest)
+        for column in matrix.T:
+            sums = sums * _POLY + column
         return _mix(sums)
     for at in range(longest):
         still = lengths > at
