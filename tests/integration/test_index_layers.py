@@ -276,9 +276,9 @@ def test_each_child_of_the_chain_is_proven_from_its_change_reading_only_its_own_
     streamed: list[str] = []
     real_part_rows = index_layers.part_rows
 
-    def spied_part_rows(part, name=None):  # a spy: records which files are read whole, then reads them
+    def spied_part_rows(part, name=None, **options):  # a spy: records which files are read whole, then reads them
         streamed.append(part.uri)
-        return real_part_rows(part, name)
+        return real_part_rows(part, name, **options)
 
     monkeypatch.setattr(index_layers, "part_rows", spied_part_rows)
     import spark_webdataset.dataset.index_proof as index_proof

@@ -585,8 +585,12 @@ def load_folder(folder: Path | str | None = None, environ: Mapping[str, str] = o
     runs each time Airflow parses the DAGs).
     """
     folder = Path(folder) if folder is not None else datasets_folder(environ)
-    if not folder.is_dir():
-        problem = f"the datasets folder does not exist (set {DATASETS_ENV} to the folder of dataset configs)"
+    try:
+        problem = None if folder.is_dir() else "the datasets folder does not exist"
+    except OSError as error:  # a name too long, a NUL: is_dir answers only "no such folder" by False
+        problem = f"the datasets folder cannot be looked at ({error.strerror or error})"
+    if problem is not None:
+        problem += f" (set {DATASETS_ENV} to the folder of dataset configs)"
         return LoadedConfigs(folder, errors=[DatasetConfigError(folder, [(None, problem)])])
     loaded = LoadedConfigs(folder)
     by_name: dict[str, DatasetConfig] = {}

@@ -185,6 +185,13 @@ def test_a_missing_folder_is_one_error_naming_it(tmp_path) -> None:
     )
 
 
+def test_a_folder_name_the_system_refuses_is_one_error_not_an_oserror() -> None:
+    """Found by tests/model/test_public_api_typed.py: Path.is_dir() raises ENAMETOOLONG."""
+    loaded = load_folder("x" * 5000, environ={})
+    [error] = loaded.errors
+    assert "the datasets folder cannot be looked at (File name too long)" in str(error)
+
+
 # -- the DAG a config gives (Airflow's objects, no database) -------------------------------------------
 
 
