@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import pyarrow as pa
 
 from ..errors import CorruptIndex
-from ..storage.base import PositionedReader
 from . import key_filter
 
 if TYPE_CHECKING:
@@ -53,17 +52,41 @@ class Segment:
         return self.offset + self.bytes + self.filter_bytes
 
 
-class Window(PositionedReader):
+class Window(io.RawIOBase):
     """Bytes [offset, offset + size) of a seekable binary file, as a file of their own: pyarrow reads a
     segment through it. Reads go to the shared file (callers serialize them)."""
 
     def __init__(self, source: BinaryIO, offset: int, size: int) -> None:
-        super().__init__(size)
-        self.source, self.offset = source, offset
+        self.source, self.offset, self.size = source, offset, size
+        self.position = 0
 
-    def _read(self, start: int, end: int) -> bytes:
-        self.source.seek(self.offset + start)
-        return self.source.read(end - start)
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        self.position = max(0, base + offset)
+        return self.position
+
+    def read(self, size: int = -1) -> bytes:
+        end = self.size if size is None or size < 0 else min(self.size, self.position + size)
+        if end <= self.position:
+            return b""
+        self.source.seek(self.offset + self.position)
+        data = self.source.read(end - self.position)
+        self.position += len(data)
+        return data
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        memoryview(buffer).cast("B")[: len(data)] = data
+        return len(data)
 
 
 class _Counted(io.RawIOBase):

@@ -149,14 +149,21 @@ class Storage(ABC):
             return stream.read(length)
 
 
-class PositionedReader(io.RawIOBase):
-    """A read-only, seekable file of a known `size` whose every read is `_read(start, end)`."""
+class RangeFile(io.RawIOBase):
+    """A read-only, seekable file over an object of known size whose every read is one
+    `read_range`, unless it falls inside the range last `prefetch`ed: a parquet row group's
+    column chunks are then one request, read in the caller's thread (pyarrow's own pre-buffering
+    reads on its I/O threads, which must not call into a Python file at interpreter exit)."""
 
-    def __init__(self, size: int) -> None:
-        self.size, self.position = size, 0
+    def __init__(self, storage: Storage, path: str, size: int) -> None:
+        self.storage, self.path, self.size = storage, path, size
+        self.position = 0
+        self._cached_at = 0
+        self._cached = b""
 
-    def _read(self, start: int, end: int) -> bytes:
-        raise NotImplementedError
+    def prefetch(self, offset: int, length: int) -> None:
+        """Read [offset, offset + length) now, in one request; later reads inside it cost none."""
+        self._cached_at, self._cached = offset, self.storage.read_range(self.path, offset, length)
 
     def readable(self) -> bool:
         return True
@@ -176,7 +183,11 @@ class PositionedReader(io.RawIOBase):
         end = self.size if size is None or size < 0 else min(self.size, self.position + size)
         if end <= self.position:
             return b""
-        data = self._read(self.position, end)
+        start = self.position - self._cached_at
+        if start >= 0 and end - self._cached_at <= len(self._cached):
+            data = self._cached[start : end - self._cached_at]
+        else:
+            data = self.storage.read_range(self.path, self.position, end - self.position)
         self.position += len(data)
         return data
 
@@ -184,26 +195,3 @@ class PositionedReader(io.RawIOBase):
         data = self.read(len(buffer))
         memoryview(buffer).cast("B")[: len(data)] = data
         return len(data)
-
-
-class RangeFile(PositionedReader):
-    """A read-only, seekable file over an object of known size whose every read is one
-    `read_range`, unless it falls inside the range last `prefetch`ed: a parquet row group's
-    column chunks are then one request, read in the caller's thread (pyarrow's own pre-buffering
-    reads on its I/O threads, which must not call into a Python file at interpreter exit)."""
-
-    def __init__(self, storage: Storage, path: str, size: int) -> None:
-        super().__init__(size)
-        self.storage, self.path = storage, path
-        self._cached_at = 0
-        self._cached = b""
-
-    def prefetch(self, offset: int, length: int) -> None:
-        """Read [offset, offset + length) now, in one request; later reads inside it cost none."""
-        self._cached_at, self._cached = offset, self.storage.read_range(self.path, offset, length)
-
-    def _read(self, start: int, end: int) -> bytes:
-        at = start - self._cached_at
-        if at >= 0 and end - self._cached_at <= len(self._cached):
-            return self._cached[at : end - self._cached_at]
-        return self.storage.read_range(self.path, start, end - start)
