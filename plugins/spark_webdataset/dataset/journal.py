@@ -266,6 +266,9 @@ def _rename_one(version: Version, journal: Journal, staged: str, final: str, loc
             if storage.exists(source):
                 raise
             if not storage.exists(target):
+                # A rename in flight when its committer froze: the one that took the lock over finished
+                # the journal and a later commit may have replaced the file since; that is not ours to judge.
+                lock.check()
                 raise NotCommitted(
                     f"{version.uri}: cannot finish the commit of job {journal.job_id}: {staged} is gone"
                 ) from None

@@ -102,3 +102,30 @@ def test_a_journal_whose_staged_shard_is_gone_is_not_committed(tmp_path) -> None
         roll_forward(version, lock)
     assert JOB in str(caught.value) and staged("000000.tar") in str(caught.value)
     assert not (tmp_path / "_manifest.json").exists()  # nothing half-finished becomes visible
+
+
+def test_a_rename_in_flight_when_its_committer_lost_the_lock_says_so_not_that_data_is_lost(tmp_path) -> None:
+    """A committer frozen with a rename in flight (`kill -STOP` while its rename threads run) resumes
+    after another took the lock over, finished its journal and a later commit replaced the file: the
+    rename finds neither source nor target. That is LostCommitLock (the commit then asks whether its
+    journal landed), not NotCommitted. The lock here is a fake that was lost after the rename began
+    (the thread had passed its check): the real one cannot be made to lose it between two lines."""
+    from spark_webdataset.dataset.journal import _rename_one
+    from spark_webdataset.errors import LostCommitLock
+
+    renames = [(f"_staging/{JOB}/index-000001.parquet", "_index/000001.parquet")]
+    version = dead_commit(tmp_path, renames)
+    (tmp_path / renames[0][0]).unlink()  # moved on: renamed by the finisher, then replaced by a later commit
+
+    class LostAfterTheFirstCheck:
+        checks = 0
+
+        def check(self) -> None:
+            self.checks += 1
+            if self.checks > 1:
+                raise LostCommitLock("the lease was taken over")
+
+    with pytest.raises(LostCommitLock):
+        _rename_one(
+            version, Journal.from_json(Path(version.journal_uri).read_bytes()), *renames[0], LostAfterTheFirstCheck()
+        )
