@@ -119,8 +119,9 @@ class SegmentedWriter:
         self._segments: list[Segment] = []
         self._started = self._rows = 0
         self._first = self._last = ""
-        self._filters: list[bytes] = []  # the open segment's blocks', in order
-        self._pending = b""  # the last closed segment's, not yet written
+        self._blocks: list[pa.Array] = []  # the open segment's blocks' keys, in order
+        self._pending: list[pa.Array] = []  # the last closed segment's: its filters are built and written
+        # only once another segment follows (an index of one segment is a plain file, without filters)
 
     def write(self, table: pa.Table, row_group_rows: int) -> None:
         while len(table):
@@ -132,9 +133,7 @@ class SegmentedWriter:
             part = table.slice(0, self._segment_rows - self._rows)
             self._writer.write_table(part, row_group_size=row_group_rows)
             keys = part.column("key").combine_chunks()
-            self._filters.extend(
-                key_filter.build(keys.slice(at, row_group_rows)) for at in range(0, len(keys), row_group_rows)
-            )
+            self._blocks.extend(keys.slice(at, row_group_rows) for at in range(0, len(keys), row_group_rows))
             self._rows += len(part)
             self._last = keys[len(keys) - 1].as_py()
             if self._rows == self._segment_rows:
@@ -146,18 +145,18 @@ class SegmentedWriter:
         assert self._writer is not None
         self._writer.close()
         self._writer = None
-        self._pending = b"".join(self._filters)
-        self._filters = []
+        self._pending, self._blocks = self._blocks, []
+        filter_bytes = sum(key_filter.filter_bytes(len(keys)) for keys in self._pending)
         self._segments.append(
             Segment(
-                self._started, self._sink.position - self._started, self._rows, self._first, self._last,
-                len(self._pending),
+                self._started, self._sink.position - self._started, self._rows, self._first, self._last, filter_bytes
             )
-        )  # fmt: skip
+        )
 
     def _write_filters(self) -> None:
-        self._sink.write(self._pending)
-        self._pending = b""
+        for keys in self._pending:
+            self._sink.write(key_filter.build(keys))
+        self._pending = []
 
     def close(self) -> None:
         """End the last segment; with more than one, write the tail (with none, an empty index). One
